@@ -1,0 +1,8 @@
+//! One module per subcommand of `unbounded-agent`.
+
+pub mod coredns;
+pub mod crds;
+pub mod localdns;
+pub mod preflight;
+pub mod render;
+pub mod validate;

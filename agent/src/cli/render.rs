@@ -1,0 +1,10 @@
+//! `unbounded-agent render`.
+
+use std::process::ExitCode;
+
+#[derive(clap::Args)]
+pub struct Args {}
+
+pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
+    anyhow::bail!("`render` is not implemented yet")
+}

@@ -1,0 +1,149 @@
+//! The agent config JSON as written by operators (field names of the unbounded agent).
+//!
+//! These types hold the file as written: every field is optional here, and
+//! `crate::validate` turns a `RawConfig` into checked values, reporting every
+//! problem with its JSON path.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// The whole agent config file.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct RawConfig {
+    /// The host's identity (its Machina `Machine`), not the nspawn slot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine_name: Option<String>,
+    /// The Kubernetes node name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<ClusterConfig>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubelet: Option<KubeletConfig>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub downloads: Option<DownloadsConfig>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine_image: Option<MachineImageConfig>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub container_images: Vec<ContainerImageConfig>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offline_artifacts: Option<OfflineArtifactsConfig>,
+    /// Where the agent's own binary lives on the host (default `/usr/local`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_prefix: Option<String>,
+    #[serde(rename = "LocalDNS", default, skip_serializing_if = "Option::is_none")]
+    pub local_dns: Option<LocalDnsConfig>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct ClusterConfig {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_cert_base64: Option<String>,
+    /// The cluster DNS service IP (e.g. 10.96.0.10).
+    #[serde(rename = "ClusterDNS", default, skip_serializing_if = "Option::is_none")]
+    pub cluster_dns: Option<String>,
+    /// Kubernetes version of the cluster (e.g. `v1.35.0`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct KubeletConfig {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_server: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<KubeletAuth>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub register_with_taints: Vec<String>,
+    #[serde(rename = "NodeIP", default, skip_serializing_if = "Option::is_none")]
+    pub node_ip: Option<String>,
+    /// KubeletConfiguration fields merged into the rendered kubelet config
+    /// (LocalDNS keys override these).
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub configuration: serde_json::Map<String, serde_json::Value>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct KubeletAuth {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap_token: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct DownloadsConfig {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes: Option<DownloadSource>,
+    #[serde(rename = "CoreDNS", default, skip_serializing_if = "Option::is_none")]
+    pub core_dns: Option<DownloadSource>,
+}
+
+/// Where one artifact comes from (spec §4).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct DownloadSource {
+    /// The whole address; `{version}` and `{arch}` are replaced when present.
+    #[serde(rename = "URL", default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Replaces the upstream release base address.
+    #[serde(rename = "BaseURL", default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MachineImageConfig {
+    #[serde(rename = "URL", default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    #[serde(rename = "SHA256", default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ContainerImageConfig {
+    #[serde(rename = "Ref", default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
+    #[serde(rename = "URL", default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    #[serde(rename = "SHA256", default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct OfflineArtifactsConfig {
+    /// A directory holding an offline bundle (`manifest.json` at its top).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+}
+
+/// The `LocalDNS` section (spec §2). Absent fields take the spec's defaults.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LocalDnsConfig {
+    #[serde(rename = "Enabled", default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    #[serde(rename = "NodeListenerIP", default, skip_serializing_if = "Option::is_none")]
+    pub node_listener_ip: Option<String>,
+    #[serde(rename = "ClusterListenerIP", default, skip_serializing_if = "Option::is_none")]
+    pub cluster_listener_ip: Option<String>,
+    #[serde(rename = "MetricsAddress", default, skip_serializing_if = "Option::is_none")]
+    pub metrics_address: Option<String>,
+    #[serde(rename = "CPULimitInMilliCores", default, skip_serializing_if = "Option::is_none")]
+    pub cpu_limit_in_milli_cores: Option<i64>,
+    #[serde(rename = "MemoryLimitInMB", default, skip_serializing_if = "Option::is_none")]
+    pub memory_limit_in_mb: Option<i64>,
+    #[serde(rename = "RequiredPlugins", default, skip_serializing_if = "Option::is_none")]
+    pub required_plugins: Option<Vec<String>>,
+    #[serde(rename = "CorefileTemplate", default, skip_serializing_if = "Option::is_none")]
+    pub corefile_template: Option<String>,
+    #[serde(rename = "NOTRACKReplies", default, skip_serializing_if = "Option::is_none")]
+    pub notrack_replies: Option<bool>,
+}

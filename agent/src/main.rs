@@ -1,0 +1,57 @@
+//! `unbounded-agent`: the command line of the node agent.
+//!
+//! Each subcommand lives in its own file under `src/cli/` and returns the
+//! process exit code.
+
+mod cli;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "unbounded-agent", version, about = "Runs a Kubernetes node in a systemd-nspawn machine, with LocalDNS")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Check an agent config; exit 2 with one line per problem.
+    Validate(cli::validate::Args),
+    /// Write every file LocalDNS installs under a directory, as if it were `/`.
+    Render(cli::render::Args),
+    /// Check that this host can run the configured node.
+    Preflight(cli::preflight::Args),
+    /// Print the Machina CustomResourceDefinitions as YAML.
+    Crds(cli::crds::Args),
+    /// Fetch, verify and install the CoreDNS artifact.
+    #[command(name = "coredns", subcommand)]
+    CoreDns(cli::coredns::Command),
+    /// LocalDNS on this host: the network (link and NOTRACK rules) and the supervisor.
+    #[command(name = "localdns", subcommand)]
+    LocalDns(cli::localdns::Command),
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match Cli::parse().command {
+        Command::Validate(args) => cli::validate::run(args),
+        Command::Render(args) => cli::render::run(args),
+        Command::Preflight(args) => cli::preflight::run(args),
+        Command::Crds(args) => cli::crds::run(args),
+        Command::CoreDns(cmd) => cli::coredns::run(cmd),
+        Command::LocalDns(cmd) => cli::localdns::run(cmd),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,5 @@
+//! One module per command group of `harness`.
+
+pub mod images;
+pub mod lab;
+pub mod vm;

@@ -1,0 +1,4 @@
+//! Pinned recipes for the lab's images and third-party artifacts, built into the cache.
+//!
+//! `host`: the VM host image (qcow2 + kernel + initrd); `rootfs`: the nspawn
+//! machine rootfs tarball; `coredns`: the CoreDNS release artifact and offline bundle.

@@ -1,0 +1,6 @@
+//! The lab: image and artifact builds, the lab network, the control plane,
+//! QEMU VMs over QMP, guest commands and evidence collection.
+
+pub mod cache;
+pub mod progress;
+pub mod images;

@@ -1,0 +1,120 @@
+//! Progress for long work: a spinner on a terminal, a line every 30 s elsewhere (CI).
+//!
+//! [`run_logged`] runs a build command with its output sent to a log file
+//! while showing the elapsed time and the log's last line; a failure carries
+//! the command, its status and the log's tail.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, IsTerminal, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use agent::exec::CommandLine;
+use indicatif::{ProgressBar, ProgressStyle};
+
+/// A long step, shown until it is finished.
+pub struct Step {
+    label: String,
+    started: Instant,
+    bar: Option<ProgressBar>,
+    last_print: Mutex<Instant>,
+}
+
+impl Step {
+    /// Starts showing `label` (e.g. "building CoreDNS v1.12.4").
+    pub fn start(label: impl Into<String>) -> Step {
+        let label = label.into();
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let bar = ProgressBar::new_spinner();
+            bar.set_style(
+                ProgressStyle::with_template("{spinner} [{elapsed_precise}] {prefix}: {wide_msg}")
+                    .expect("static template"),
+            );
+            bar.set_prefix(label.clone());
+            bar.enable_steady_tick(Duration::from_millis(200));
+            bar
+        });
+        if bar.is_none() {
+            eprintln!("==> {label}");
+        }
+        Step { label, started: Instant::now(), bar, last_print: Mutex::new(Instant::now()) }
+    }
+
+    /// Shows the latest thing the step is doing.
+    pub fn message(&self, msg: &str) {
+        match &self.bar {
+            Some(bar) => bar.set_message(msg.to_string()),
+            None => {
+                let mut last = self.last_print.lock().expect("progress lock");
+                if last.elapsed() >= Duration::from_secs(30) {
+                    *last = Instant::now();
+                    eprintln!("    {} ({:.0?}): {msg}", self.label, self.started.elapsed());
+                }
+            }
+        }
+    }
+
+    /// Ends the step, printing how long it took.
+    pub fn finish(self) -> Duration {
+        let took = self.started.elapsed();
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+        eprintln!("==> {} done in {:.1}s", self.label, took.as_secs_f64());
+        took
+    }
+}
+
+/// A build command that failed; its output is in the log.
+#[derive(Debug, thiserror::Error)]
+#[error("`{command}` failed with {status}; last lines of {log}:\n{tail}")]
+pub struct LoggedCommandFailed {
+    pub command: String,
+    pub status: String,
+    pub log: String,
+    pub tail: String,
+}
+
+/// Runs `cmd` with stdout and stderr appended to `log`, showing progress on `step`.
+pub fn run_logged(cmd: &mut Command, log: &Path, step: &Step) -> anyhow::Result<()> {
+    let command = CommandLine(cmd).to_string();
+    let mut file = File::options().create(true).append(true).open(log)?;
+    writeln!(file, "$ {command}")?;
+    let file = Arc::new(Mutex::new(file));
+    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|e| {
+        anyhow::anyhow!("could not start `{command}`: {e}")
+    })?;
+    let tail = Arc::new(Mutex::new(Vec::<String>::new()));
+    std::thread::scope(|scope| {
+        let stdout = child.stdout.take().expect("piped");
+        let stderr = child.stderr.take().expect("piped");
+        for stream in [Box::new(stdout) as Box<dyn std::io::Read + Send>, Box::new(stderr)] {
+            let file = Arc::clone(&file);
+            let tail = Arc::clone(&tail);
+            scope.spawn(move || {
+                for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                    let _ = writeln!(file.lock().expect("log lock"), "{line}");
+                    step.message(&line);
+                    let mut tail = tail.lock().expect("tail lock");
+                    tail.push(line);
+                    if tail.len() > 30 {
+                        tail.remove(0);
+                    }
+                }
+            });
+        }
+    });
+    let status = child.wait()?;
+    if status.success() {
+        return Ok(());
+    }
+    Err(LoggedCommandFailed {
+        command,
+        status: status.to_string(),
+        log: log.display().to_string(),
+        tail: tail.lock().expect("tail lock").join("\n"),
+    }
+    .into())
+}

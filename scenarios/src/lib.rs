@@ -1,0 +1,1 @@
+//! Shared plumbing of the end-to-end scenarios: node configs and lab set-up.
