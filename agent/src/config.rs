@@ -132,11 +132,19 @@ pub struct LocalDnsConfig {
     pub enabled: Option<bool>,
     #[serde(rename = "NodeListenerIP", default, skip_serializing_if = "Option::is_none")]
     pub node_listener_ip: Option<String>,
-    #[serde(rename = "ClusterListenerIP", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "ClusterListenerIP",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub cluster_listener_ip: Option<String>,
     #[serde(rename = "MetricsAddress", default, skip_serializing_if = "Option::is_none")]
     pub metrics_address: Option<String>,
-    #[serde(rename = "CPULimitInMilliCores", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "CPULimitInMilliCores",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub cpu_limit_in_milli_cores: Option<i64>,
     #[serde(rename = "MemoryLimitInMB", default, skip_serializing_if = "Option::is_none")]
     pub memory_limit_in_mb: Option<i64>,

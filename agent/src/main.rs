@@ -10,7 +10,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "unbounded-agent", version, about = "Runs a Kubernetes node in a systemd-nspawn machine, with LocalDNS")]
+#[command(
+    name = "unbounded-agent",
+    version,
+    about = "Runs a Kubernetes node in a systemd-nspawn machine, with LocalDNS"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

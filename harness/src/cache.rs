@@ -34,7 +34,10 @@ pub enum CacheError {
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> CacheError + '_ {
-    move |source| CacheError::Io { path: path.to_path_buf(), source }
+    move |source| CacheError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 /// A hash of everything a recipe's output depends on: its script, its pinned
@@ -151,7 +154,12 @@ impl Cache {
             }
             Err(source) => {
                 let _ = fs::remove_dir_all(&tmp);
-                Err(CacheError::Build { kind: kind.to_string(), key: key.hex(), log, source })
+                Err(CacheError::Build {
+                    kind: kind.to_string(),
+                    key: key.hex(),
+                    log,
+                    source,
+                })
             }
         }
     }
@@ -164,12 +172,20 @@ impl Cache {
                 continue;
             }
             for entry in read_dir_sorted(&kind)? {
-                let name = entry.file_name().unwrap_or_default().to_string_lossy().into_owned();
+                let name = entry
+                    .file_name()
+                    .unwrap_or_default()
+                    .to_string_lossy()
+                    .into_owned();
                 if !entry.is_dir() || name.starts_with('.') {
                     continue;
                 }
                 entries.push(CacheEntry {
-                    kind: kind.file_name().unwrap_or_default().to_string_lossy().into_owned(),
+                    kind: kind
+                        .file_name()
+                        .unwrap_or_default()
+                        .to_string_lossy()
+                        .into_owned(),
                     key: name,
                     bytes: dir_size(&entry),
                     path: entry,
@@ -187,7 +203,9 @@ fn default_root() -> Result<PathBuf, CacheError> {
     if let Some(dir) = std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
         return Ok(PathBuf::from(dir).join("unbounded-lab"));
     }
-    let home = std::env::var_os("HOME").filter(|v| !v.is_empty()).ok_or(CacheError::NoHome)?;
+    let home = std::env::var_os("HOME")
+        .filter(|v| !v.is_empty())
+        .ok_or(CacheError::NoHome)?;
     Ok(PathBuf::from(home).join(".cache").join("unbounded-lab"))
 }
 
@@ -201,7 +219,9 @@ fn read_dir_sorted(dir: &Path) -> Result<Vec<PathBuf>, CacheError> {
 }
 
 fn dir_size(path: &Path) -> u64 {
-    let Ok(meta) = fs::symlink_metadata(path) else { return 0 };
+    let Ok(meta) = fs::symlink_metadata(path) else {
+        return 0;
+    };
     if !meta.is_dir() {
         return meta.len();
     }

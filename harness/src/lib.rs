@@ -2,5 +2,5 @@
 //! QEMU VMs over QMP, guest commands and evidence collection.
 
 pub mod cache;
-pub mod progress;
 pub mod images;
+pub mod progress;

@@ -9,7 +9,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "harness", version, about = "Builds the lab's images, runs a lab and boots QEMU VMs that join it")]
+#[command(
+    name = "harness",
+    version,
+    about = "Builds the lab's images, runs a lab and boots QEMU VMs that join it"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

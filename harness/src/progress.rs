@@ -39,7 +39,12 @@ impl Step {
         if bar.is_none() {
             eprintln!("==> {label}");
         }
-        Step { label, started: Instant::now(), bar, last_print: Mutex::new(Instant::now()) }
+        Step {
+            label,
+            started: Instant::now(),
+            bar,
+            last_print: Mutex::new(Instant::now()),
+        }
     }
 
     /// Shows the latest thing the step is doing.
@@ -83,14 +88,20 @@ pub fn run_logged(cmd: &mut Command, log: &Path, step: &Step) -> anyhow::Result<
     let mut file = File::options().create(true).append(true).open(log)?;
     writeln!(file, "$ {command}")?;
     let file = Arc::new(Mutex::new(file));
-    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|e| {
-        anyhow::anyhow!("could not start `{command}`: {e}")
-    })?;
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| anyhow::anyhow!("could not start `{command}`: {e}"))?;
     let tail = Arc::new(Mutex::new(Vec::<String>::new()));
     std::thread::scope(|scope| {
         let stdout = child.stdout.take().expect("piped");
         let stderr = child.stderr.take().expect("piped");
-        for stream in [Box::new(stdout) as Box<dyn std::io::Read + Send>, Box::new(stderr)] {
+        for stream in [
+            Box::new(stdout) as Box<dyn std::io::Read + Send>,
+            Box::new(stderr),
+        ] {
             let file = Arc::clone(&file);
             let tail = Arc::clone(&tail);
             scope.spawn(move || {
