@@ -25,3 +25,6 @@ if ! cargo nextest --version 2>/dev/null | grep -q "cargo-nextest $NEXTEST_VERSI
   echo "==> installing cargo-nextest $NEXTEST_VERSION"
   cargo install --locked "cargo-nextest@$NEXTEST_VERSION"
 fi
+
+# actionlint, for the test that lints .github/workflows/ (built from its Go module).
+"$(dirname "${BASH_SOURCE[0]}")/install-actionlint.sh"

@@ -1,5 +1,14 @@
 //! The unbounded node agent: runs a Kubernetes node in a systemd-nspawn machine,
 //! with a LocalDNS cache (CoreDNS) in front of the node's and the pods' DNS.
 
+pub mod artifact;
 pub mod config;
 pub mod exec;
+pub mod hostnet;
+pub mod machina;
+pub mod supervisor;
+pub mod goal;
+pub mod names;
+pub mod preflight;
+pub mod render;
+pub mod validate;

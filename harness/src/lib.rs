@@ -2,5 +2,8 @@
 //! QEMU VMs over QMP, guest commands and evidence collection.
 
 pub mod cache;
+pub mod evidence;
 pub mod images;
+pub mod lab;
 pub mod progress;
+pub mod vm;

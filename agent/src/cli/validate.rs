@@ -1,10 +1,34 @@
-//! `unbounded-agent validate`.
+//! `unbounded-agent validate --config FILE`: exit 0, or exit 2 printing one line per problem.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-#[derive(clap::Args)]
-pub struct Args {}
+use anyhow::Context as _;
 
-pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`validate` is not implemented yet")
+/// Exit code for an invalid config (as opposed to 1 for "could not even check").
+pub const INVALID: u8 = 2;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The agent config JSON.
+    #[arg(long)]
+    pub config: PathBuf,
+}
+
+/// Reads and validates a config file; `Ok(Err(problems))` for an invalid one.
+pub fn load(path: &std::path::Path) -> anyhow::Result<Result<agent::validate::Config, agent::validate::Problems>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config {}", path.display()))?;
+    Ok(agent::validate::parse(&text))
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    match load(&args.config)? {
+        Ok(_) => Ok(ExitCode::SUCCESS),
+        Err(problems) => {
+            for p in problems.iter() {
+                println!("{p}");
+            }
+            Ok(ExitCode::from(INVALID))
+        }
+    }
 }

@@ -1,10 +1,149 @@
-//! `harness images ...`.
+//! `harness images ...`: build the cached images and artifacts, list what is cached.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Instant;
+
+use harness::cache::Cache;
+use harness::images::{coredns, host, rootfs};
 
 #[derive(clap::Subcommand)]
-pub enum Command {}
+pub enum Command {
+    /// Build every image and artifact the lab needs (each once; cached ones are kept).
+    ///
+    /// The VM host image (qcow2, kernel, initrd), the nspawn machine rootfs
+    /// tarball and the CoreDNS release artifact, in the cache at
+    /// $LAB_CACHE_DIR (default ~/.cache/unbounded-lab).
+    Build {
+        /// Build only these (default: all).
+        #[arg(value_enum)]
+        only: Vec<Image>,
+    },
+    /// List the cached images and artifacts: kind, key, size, path.
+    List,
+    /// Build (or find) the CoreDNS release artifact and print its paths.
+    Coredns,
+}
+
+/// One buildable thing of `harness images build`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Image {
+    /// The VM host image.
+    Host,
+    /// The nspawn machine rootfs tarball.
+    Rootfs,
+    /// The CoreDNS release artifact.
+    Coredns,
+}
+
+impl Image {
+    const ALL: [Image; 3] = [Image::Host, Image::Rootfs, Image::Coredns];
+
+    /// Builds (or finds) the image; returns where it is.
+    fn build(self, cache: &Cache) -> anyhow::Result<PathBuf> {
+        Ok(match self {
+            Image::Host => host::build(cache)?.dir,
+            Image::Rootfs => rootfs::build(cache)?.dir,
+            Image::Coredns => coredns::build(cache)?.dir,
+        })
+    }
+}
 
 pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
-    match cmd {}
+    let cache = Cache::open()?;
+    match cmd {
+        Command::Build { only } => build(&cache, if only.is_empty() { &Image::ALL } else { &only }),
+        Command::List => list(&cache),
+        Command::Coredns => print_coredns(&cache),
+    }
+}
+
+fn build(cache: &Cache, images: &[Image]) -> anyhow::Result<ExitCode> {
+    eprintln!("cache: {}", cache.root().display());
+    let started = Instant::now();
+    let mut failed = Vec::new();
+    for &image in images {
+        let one = Instant::now();
+        match image.build(cache) {
+            Ok(path) => eprintln!(
+                "{image:?}: ready after {:.1}s at {}",
+                one.elapsed().as_secs_f64(),
+                path.display()
+            ),
+            Err(err) => {
+                eprintln!(
+                    "{image:?}: FAILED after {:.1}s: {err:#}",
+                    one.elapsed().as_secs_f64()
+                );
+                failed.push(image);
+            }
+        }
+    }
+    eprintln!("total {:.1}s", started.elapsed().as_secs_f64());
+    if failed.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        anyhow::bail!("could not build {failed:?}")
+    }
+}
+
+fn print_coredns(cache: &Cache) -> anyhow::Result<ExitCode> {
+    let a = coredns::build(cache)?;
+    println!("version         {}", a.version);
+    println!("tarball         {}", a.tarball.display());
+    println!("tarball sha256  {}", a.tarball_sha256);
+    println!("release root    {} (serve it; its address is BaseURL)", a.release_root.display());
+    println!("offline bundle  {}", a.offline_bundle.display());
+    println!("binary          {}", a.binary.display());
+    println!("binary sha256   {}", a.binary_sha256);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn list(cache: &Cache) -> anyhow::Result<ExitCode> {
+    let entries = cache.list()?;
+    if entries.is_empty() {
+        println!(
+            "nothing cached in {}: run `harness images build`",
+            cache.root().display()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let width = entries.iter().map(|e| e.kind.len()).max().unwrap_or(4).max(4);
+    println!("{:width$}  {:16}  {:>9}  PATH", "KIND", "KEY", "SIZE");
+    for entry in entries {
+        println!(
+            "{:width$}  {:16}  {:>9}  {}",
+            entry.kind,
+            entry.key,
+            human_size(entry.bytes),
+            entry.path.display()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn human_size(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn human_size_picks_a_readable_unit() {
+        assert_eq!(human_size(512), "512 B");
+        assert_eq!(human_size(1536), "1.5 KiB");
+        assert_eq!(human_size(3 * 1024 * 1024 * 1024), "3.0 GiB");
+    }
 }

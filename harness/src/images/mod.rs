@@ -2,3 +2,8 @@
 //!
 //! `host`: the VM host image (qcow2 + kernel + initrd); `rootfs`: the nspawn
 //! machine rootfs tarball; `coredns`: the CoreDNS release artifact and offline bundle.
+
+pub mod coredns;
+pub mod host;
+pub mod mmdebstrap;
+pub mod rootfs;

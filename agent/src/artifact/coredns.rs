@@ -1,0 +1,119 @@
+//! CoreDNS, the first artifact: its source from the config
+//! (`Downloads.CoreDNS`, `OfflineArtifacts.Source`), its checks (required
+//! plugins, reported version) and its place in the machine rootfs.
+
+use std::cell::RefCell;
+use std::path::{Path, PathBuf};
+
+use super::source::{self, COREDNS, Resolved};
+use super::{ArtifactError, Fetcher, Installed, fetch_verify_install, offline, plugins};
+use crate::config::{DownloadSource, RawConfig};
+use crate::validate::Config;
+
+/// Where CoreDNS goes inside the machine rootfs.
+pub const INSTALL_PATH: &str = "usr/local/bin/coredns";
+
+/// The parts of the config that decide which CoreDNS to install.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Request {
+    /// `Downloads.CoreDNS`.
+    pub download: DownloadSource,
+    /// `OfflineArtifacts.Source`: when set, the bundle and never the network.
+    pub offline_source: Option<String>,
+    /// The baseline plus `LocalDNS.RequiredPlugins`.
+    pub required_plugins: Vec<String>,
+}
+
+impl Request {
+    /// From the config as written (only these three parts are read).
+    pub fn from_raw(config: &RawConfig) -> Request {
+        let configured = config
+            .local_dns
+            .as_ref()
+            .and_then(|l| l.required_plugins.clone())
+            .unwrap_or_default();
+        Request {
+            download: config
+                .downloads
+                .as_ref()
+                .and_then(|d| d.core_dns.clone())
+                .unwrap_or_default(),
+            offline_source: config
+                .offline_artifacts
+                .as_ref()
+                .and_then(|o| o.source.clone())
+                .filter(|s| !s.trim().is_empty()),
+            required_plugins: plugins::required_plugins(&configured),
+        }
+    }
+
+    /// From a validated config.
+    pub fn from_config(config: &Config) -> Request {
+        let source = &config.downloads.core_dns;
+        let configured: Vec<String> = config
+            .local_dns
+            .iter()
+            .flat_map(|l| l.required_plugins.iter().map(|p| p.as_str().to_string()))
+            .collect();
+        Request {
+            download: DownloadSource {
+                url: source.url.clone(),
+                base_url: source.base_url.clone(),
+                version: source.version.as_ref().map(|v| v.as_str().to_string()),
+            },
+            offline_source: config.offline_source.clone(),
+            required_plugins: plugins::required_plugins(&configured),
+        }
+    }
+
+    /// The source: the offline bundle when one is configured, else online.
+    pub fn resolve(&self, arch: &str) -> Result<Resolved, ArtifactError> {
+        match &self.offline_source {
+            Some(source) => {
+                let dir = offline::bundle_dir(source)?;
+                let wanted = self.download.version.as_deref().filter(|v| !v.trim().is_empty());
+                offline::resolve_offline(&COREDNS, &dir, wanted, arch)
+            }
+            None => source::resolve_online(&COREDNS, Some(&self.download), None, arch),
+        }
+    }
+}
+
+/// The installed binary's path for a machine rootfs.
+pub fn install_path(rootfs: &Path) -> PathBuf {
+    rootfs.join(INSTALL_PATH)
+}
+
+/// Fetches, verifies and installs CoreDNS into `<rootfs>/usr/local/bin/coredns`.
+/// The returned version is the one the binary reports.
+pub fn install(request: &Request, rootfs: &Path, fetcher: &Fetcher) -> Result<Installed, ArtifactError> {
+    if !rootfs.is_dir() {
+        return Err(ArtifactError::InvalidSource {
+            field: "rootfs".into(),
+            reason: format!("{} is not a directory", rootfs.display()),
+        });
+    }
+    let resolved = request.resolve(source::host_arch()?)?;
+    let reported = RefCell::new(None);
+    let validate = |candidate: &Path| {
+        plugins::check_required_plugins(candidate, &request.required_plugins)?;
+        *reported.borrow_mut() = Some(plugins::binary_version(candidate)?);
+        Ok(())
+    };
+    let mut installed = fetch_verify_install(&COREDNS, &resolved, &install_path(rootfs), fetcher, &validate)?;
+    if let Some(version) = reported.into_inner() {
+        if version != installed.version {
+            tracing::warn!(expected = %installed.version, reported = %version, "CoreDNS reports another version");
+        }
+        installed.version = version;
+    }
+    Ok(installed)
+}
+
+/// Checks, without downloading the binary, that the source is reachable
+/// (online: its sidecar answers) or present (offline); returns what was checked.
+pub fn probe(request: &Request, fetcher: &Fetcher) -> Result<Resolved, ArtifactError> {
+    let resolved = request.resolve(source::host_arch()?)?;
+    super::probe(&resolved, fetcher)?;
+    Ok(resolved)
+}

@@ -1,0 +1,90 @@
+//! The `agent` section of a `Machine` spec and a `MachineConfiguration` template: the agent's
+//! image, its LocalDNS settings (`localDNS`) and download overrides (`downloads`).
+//!
+//! Field names are the camelCase forms of the agent config's (`NodeListenerIP` → `nodeListenerIP`,
+//! `CoreDNS.BaseURL` → `coreDNS.baseURL`). Every field is optional: an absent field leaves the
+//! agent config's value (or the spec's default) in place. The agent validates the values.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Settings for the unbounded node agent.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentSpec {
+    /// The OCI image reference of the nspawn machine (e.g. `ghcr.io/org/repo:tag`). This agent takes
+    /// its machine image from the agent config's `MachineImage`, so it does not convert this field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// LocalDNS: a CoreDNS cache in the machine in front of the node's and the pods' DNS.
+    #[serde(rename = "localDNS", default, skip_serializing_if = "Option::is_none")]
+    pub local_dns: Option<LocalDnsSpec>,
+    /// Overrides of where the agent downloads its artifacts from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub downloads: Option<AgentDownloadsSpec>,
+}
+
+/// The LocalDNS settings (agent config section `LocalDNS`); absent fields take the defaults.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct LocalDnsSpec {
+    /// Whether LocalDNS is installed (default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// The listener for the machine and `dnsPolicy: Default` pods (default 169.254.10.10).
+    #[serde(rename = "nodeListenerIP", default, skip_serializing_if = "Option::is_none")]
+    pub node_listener_ip: Option<String>,
+    /// The listener for `ClusterFirst` pods, the kubelet's `clusterDNS` (default 169.254.10.11).
+    #[serde(
+        rename = "clusterListenerIP",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cluster_listener_ip: Option<String>,
+    /// Where CoreDNS serves Prometheus metrics, `IPv4:port` (default derived from the node).
+    #[serde(rename = "metricsAddress", default, skip_serializing_if = "Option::is_none")]
+    pub metrics_address: Option<String>,
+    /// CPU limit of the LocalDNS service in millicores (default 2000).
+    #[serde(
+        rename = "cpuLimitInMilliCores",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cpu_limit_in_milli_cores: Option<i64>,
+    /// Memory limit of the LocalDNS service in MB (default 128).
+    #[serde(rename = "memoryLimitInMB", default, skip_serializing_if = "Option::is_none")]
+    pub memory_limit_in_mb: Option<i64>,
+    /// CoreDNS plugins that must be compiled in, besides the baseline ones.
+    #[serde(rename = "requiredPlugins", default, skip_serializing_if = "Option::is_none")]
+    pub required_plugins: Option<Vec<String>>,
+    /// Replaces the built-in Corefile template whole.
+    #[serde(rename = "corefileTemplate", default, skip_serializing_if = "Option::is_none")]
+    pub corefile_template: Option<String>,
+    /// Also exempt the listeners' replies from connection tracking (default true).
+    #[serde(rename = "notrackReplies", default, skip_serializing_if = "Option::is_none")]
+    pub notrack_replies: Option<bool>,
+}
+
+/// Download overrides (agent config section `Downloads`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct AgentDownloadsSpec {
+    /// Where kubelet and the other Kubernetes binaries come from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes: Option<DownloadSourceSpec>,
+    /// Where the CoreDNS release archive comes from.
+    #[serde(rename = "coreDNS", default, skip_serializing_if = "Option::is_none")]
+    pub core_dns: Option<DownloadSourceSpec>,
+}
+
+/// Where one artifact comes from. `url` wins over `baseURL`; `version` replaces the default version.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct DownloadSourceSpec {
+    /// The whole address; `{version}` and `{arch}` are replaced when present.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Replaces the upstream release base address (same layout below it).
+    #[serde(rename = "baseURL", default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    /// The artifact's version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+}

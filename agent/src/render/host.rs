@@ -1,0 +1,109 @@
+//! Files on the host: the network unit, the nspawn drop-in and the nft script (spec §6).
+
+use std::net::Ipv4Addr;
+
+use super::HEADER;
+use super::paths::{NETWORK_UNIT_NAME, applied_config};
+use crate::goal::{Goal, LocalDnsGoal};
+
+/// The nft table's family and name, and the comment on every rule.
+pub const NFT_FAMILY: &str = "ip";
+pub const NFT_TABLE: &str = "unbounded_localdns";
+pub const NFT_COMMENT: &str = "unbounded-localdns: skip conntrack";
+
+/// `unbounded-localdns-network.service`: recreates the link and the rules at
+/// boot, after Debian's `nftables.service` (which flushes the ruleset) and
+/// before the machine starts.
+pub fn network_unit(goal: &Goal) -> String {
+    let slot = goal.slot;
+    format!(
+        "{HEADER}[Unit]
+Description=LocalDNS host network (link localdns, nft table ip unbounded_localdns) for {slot}
+After=nftables.service
+Before=systemd-nspawn@{slot}.service
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart={prefix}/bin/unbounded-agent localdns network apply --config {config}
+
+[Install]
+WantedBy=multi-user.target
+",
+        prefix = goal.host_prefix,
+        config = applied_config(slot),
+    )
+}
+
+/// `systemd-nspawn@<slot>.service.d/10-localdns.conf`: the machine needs the network unit.
+pub fn nspawn_drop_in() -> String {
+    format!("{HEADER}[Unit]\nRequires={NETWORK_UNIT_NAME}\nAfter={NETWORK_UNIT_NAME}\n")
+}
+
+/// One NOTRACK rule of the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotrackRule {
+    /// `prerouting` or `output`.
+    pub chain: &'static str,
+    /// `daddr`+`dport` for requests, `saddr`+`sport` for replies.
+    pub reply: bool,
+    pub listener: Ipv4Addr,
+    /// `tcp` or `udp`.
+    pub protocol: &'static str,
+}
+
+impl NotrackRule {
+    /// The rule as nft writes it, e.g.
+    /// `ip daddr 169.254.10.10 tcp dport 53 notrack comment "unbounded-localdns: skip conntrack"`.
+    pub fn text(&self) -> String {
+        let (addr, port) = if self.reply { ("saddr", "sport") } else { ("daddr", "dport") };
+        format!("ip {addr} {} {} {port} 53 notrack comment \"{NFT_COMMENT}\"", self.listener, self.protocol)
+    }
+}
+
+/// Every rule, in script order: per chain × listener × {tcp, udp} the request
+/// rules (8), then with `NOTRACKReplies` the reply rules in `output` (4).
+pub fn notrack_rules(g: &LocalDnsGoal) -> Vec<NotrackRule> {
+    let listeners = [g.node_listener.addr(), g.cluster_listener.addr()];
+    let mut rules = Vec::new();
+    for chain in ["prerouting", "output"] {
+        for listener in listeners {
+            for protocol in ["tcp", "udp"] {
+                rules.push(NotrackRule { chain, reply: false, listener, protocol });
+            }
+        }
+        if chain == "output" && g.notrack_replies {
+            for listener in listeners {
+                for protocol in ["tcp", "udp"] {
+                    rules.push(NotrackRule { chain, reply: true, listener, protocol });
+                }
+            }
+        }
+    }
+    rules
+}
+
+/// `/etc/unbounded/localdns/localdns.nft`: one `nft -f` transaction that
+/// declares the table (so the delete cannot fail on a fresh host), deletes
+/// it, and defines it whole — applying it replaces the table atomically.
+pub fn nft_script(g: &LocalDnsGoal) -> String {
+    let rules = notrack_rules(g);
+    let mut out = format!(
+        "#!/usr/sbin/nft -f\n{HEADER}table {NFT_FAMILY} {NFT_TABLE}\ndelete table {NFT_FAMILY} {NFT_TABLE}\n\n\
+         table {NFT_FAMILY} {NFT_TABLE} {{\n"
+    );
+    for (i, chain) in ["prerouting", "output"].into_iter().enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        out.push_str(&format!(
+            "\tchain {chain} {{\n\t\ttype filter hook {chain} priority raw; policy accept;\n"
+        ));
+        for r in rules.iter().filter(|r| r.chain == chain) {
+            out.push_str(&format!("\t\t{}\n", r.text()));
+        }
+        out.push_str("\t}\n");
+    }
+    out.push_str("}\n");
+    out
+}

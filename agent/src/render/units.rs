@@ -1,0 +1,98 @@
+//! systemd units inside the machine: `localdns.service`, `localdns.slice` and
+//! the containerd/kubelet drop-ins that order them after LocalDNS.
+
+use super::HEADER;
+use super::paths::{ENVIRONMENT, SUPERVISOR_BINARY};
+use crate::goal::LocalDnsGoal;
+
+/// `localdns.service`: the supervisor (which runs CoreDNS) as a notify service
+/// with a watchdog, unprivileged but for binding port 53, in `localdns.slice`.
+/// `StartLimitIntervalSec=0`: a stuck start never wedges the unit.
+pub fn service() -> String {
+    format!(
+        "{HEADER}[Unit]
+Description=LocalDNS: CoreDNS cache for the node and its pods
+Before=containerd.service kubelet.service
+StartLimitIntervalSec=0
+
+[Service]
+Type=notify
+NotifyAccess=all
+EnvironmentFile={ENVIRONMENT}
+ExecStart={SUPERVISOR_BINARY}
+WatchdogSec=60
+Restart=on-failure
+RestartSec=2
+TimeoutStartSec=90
+TimeoutStopSec=30
+KillMode=mixed
+Slice=localdns.slice
+DynamicUser=yes
+AmbientCapabilities=CAP_NET_BIND_SERVICE
+CapabilityBoundingSet=CAP_NET_BIND_SERVICE
+NoNewPrivileges=yes
+ProtectSystem=strict
+ProtectHome=yes
+PrivateTmp=yes
+PrivateDevices=yes
+ProtectKernelTunables=yes
+ProtectKernelModules=yes
+ProtectControlGroups=yes
+RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX AF_NETLINK
+RestrictNamespaces=yes
+RestrictRealtime=yes
+RestrictSUIDSGID=yes
+LockPersonality=yes
+MemoryDenyWriteExecute=yes
+SystemCallArchitectures=native
+LimitNOFILE=1048576
+
+[Install]
+WantedBy=multi-user.target
+"
+    )
+}
+
+/// `localdns.slice`: `CPUQuota` is millicores/10 with a `%` (2000 → `200%`,
+/// 2008 → `200.8%`), `MemoryMax` in MB.
+pub fn slice(g: &LocalDnsGoal) -> String {
+    format!(
+        "{HEADER}[Unit]
+Description=LocalDNS resource limits
+Before=slices.target
+
+[Slice]
+CPUQuota={}
+MemoryMax={}M
+",
+        cpu_quota(g.cpu_limit_millicores),
+        g.memory_limit_mb
+    )
+}
+
+/// Millicores as a systemd CPU percentage: 2000 → `200%`, 2008 → `200.8%`, 5 → `0.5%`.
+pub fn cpu_quota(millicores: u32) -> String {
+    let (whole, tenth) = (millicores / 10, millicores % 10);
+    if tenth == 0 { format!("{whole}%") } else { format!("{whole}.{tenth}%") }
+}
+
+/// `containerd.service.d/05-localdns.conf` and `kubelet.service.d/05-localdns.conf`.
+pub fn requires_localdns_drop_in() -> String {
+    format!("{HEADER}[Unit]\nRequires=localdns.service\nAfter=localdns.service\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    #[rstest]
+    #[case(2000, "200%")]
+    #[case(2008, "200.8%")]
+    #[case(1, "0.1%")]
+    #[case(10, "1%")]
+    #[case(250, "25%")]
+    fn cpu_quota_is_millicores_over_ten_with_a_percent_sign(#[case] millicores: u32, #[case] want: &str) {
+        assert_eq!(cpu_quota(millicores), want);
+    }
+}

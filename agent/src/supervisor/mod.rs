@@ -1,0 +1,12 @@
+//! The LocalDNS supervisor: runs CoreDNS inside the machine, checks its health and reports to systemd
+//! (spec §7). `src/bin/unbounded-localdns-supervisor.rs` is its thin entry point.
+
+pub mod failures;
+pub mod notify;
+pub mod probe;
+pub mod run;
+pub mod settings;
+
+pub use failures::{FailureWindow, Verdict};
+pub use run::{Outcome, supervise};
+pub use settings::{Settings, SettingsError};

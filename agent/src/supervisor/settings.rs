@@ -1,0 +1,191 @@
+//! The supervisor's settings, from the environment file systemd passes (`EnvironmentFile=`).
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::FailureWindow;
+
+/// A missing or malformed environment variable.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    #[error("environment variable {0} is not set (it comes from /etc/unbounded/localdns/environment)")]
+    Missing(&'static str),
+    #[error("environment variable {name}={value:?} is not {expected}")]
+    Invalid { name: &'static str, value: String, expected: &'static str },
+}
+
+/// Everything the supervisor needs to know.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    pub node_listener: Ipv4Addr,
+    pub cluster_listener: Ipv4Addr,
+    pub corefile: PathBuf,
+    pub coredns: PathBuf,
+    /// The name the health check asks for (answered by the `whoami` block).
+    pub health_name: String,
+    /// The port of CoreDNS's `ready` plugin on each listener.
+    pub ready_port: u16,
+    pub metrics_address: Option<SocketAddrV4>,
+    /// How long CoreDNS may take to become healthy (`LOCALDNS_START_TIMEOUT_SECS`, default 60).
+    pub start_timeout: Duration,
+    /// WatchdogSec/5 from `WATCHDOG_USEC` (default 60 s → 12 s).
+    pub check_interval: Duration,
+    /// `WATCHDOG_USEC` was set: systemd expects `WATCHDOG=1`.
+    pub watchdog_enabled: bool,
+    /// The failure rule (`LOCALDNS_FAILURE_WINDOW_SECS`, `LOCALDNS_FAILURE_THRESHOLD`; 600 s, 10).
+    pub failure_window: Duration,
+    pub failure_threshold: usize,
+}
+
+/// DNS port of both listeners.
+pub const DNS_PORT: u16 = 53;
+/// The watchdog interval when systemd sets none (the unit's `WatchdogSec=60`).
+pub const DEFAULT_WATCHDOG: Duration = Duration::from_secs(60);
+
+fn parse<T: std::str::FromStr>(
+    name: &'static str,
+    value: &str,
+    expected: &'static str,
+) -> Result<T, SettingsError> {
+    value.trim().parse().map_err(|_| SettingsError::Invalid { name, value: value.into(), expected })
+}
+
+impl Settings {
+    /// Reads the settings through `var` (the process environment in production, a map in tests).
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Settings, SettingsError> {
+        let required = |name: &'static str| var(name).filter(|v| !v.trim().is_empty()).ok_or(SettingsError::Missing(name));
+        let node_listener = parse("LOCALDNS_NODE_LISTENER", &required("LOCALDNS_NODE_LISTENER")?, "an IPv4 address")?;
+        let cluster_listener =
+            parse("LOCALDNS_CLUSTER_LISTENER", &required("LOCALDNS_CLUSTER_LISTENER")?, "an IPv4 address")?;
+        let health_name = required("LOCALDNS_HEALTH_NAME")?.trim().to_owned();
+        if !health_name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.') {
+            return Err(SettingsError::Invalid {
+                name: "LOCALDNS_HEALTH_NAME",
+                value: health_name,
+                expected: "a DNS name",
+            });
+        }
+        let ready_port = parse("LOCALDNS_READY_PORT", &required("LOCALDNS_READY_PORT")?, "a port number")?;
+        let metrics_address = match var("LOCALDNS_METRICS_ADDRESS").filter(|v| !v.trim().is_empty()) {
+            Some(v) => Some(parse("LOCALDNS_METRICS_ADDRESS", &v, "an IPv4:port address")?),
+            None => None,
+        };
+        let start_timeout = match var("LOCALDNS_START_TIMEOUT_SECS") {
+            Some(v) => Duration::from_secs(parse("LOCALDNS_START_TIMEOUT_SECS", &v, "a number of seconds")?),
+            None => Duration::from_secs(60),
+        };
+        let (watchdog, watchdog_enabled) = match var("WATCHDOG_USEC") {
+            Some(v) => {
+                let usec: u64 = parse("WATCHDOG_USEC", &v, "a number of microseconds")?;
+                if usec == 0 {
+                    return Err(SettingsError::Invalid { name: "WATCHDOG_USEC", value: v, expected: "positive" });
+                }
+                (Duration::from_micros(usec), true)
+            }
+            None => (DEFAULT_WATCHDOG, false),
+        };
+        let failure_window = match var("LOCALDNS_FAILURE_WINDOW_SECS") {
+            Some(v) => Duration::from_secs(parse("LOCALDNS_FAILURE_WINDOW_SECS", &v, "a number of seconds")?),
+            None => FailureWindow::DEFAULT_WINDOW,
+        };
+        let failure_threshold = match var("LOCALDNS_FAILURE_THRESHOLD") {
+            Some(v) => parse("LOCALDNS_FAILURE_THRESHOLD", &v, "a count")?,
+            None => FailureWindow::DEFAULT_THRESHOLD,
+        };
+        Ok(Settings {
+            node_listener,
+            cluster_listener,
+            corefile: required("LOCALDNS_COREFILE")?.trim().into(),
+            coredns: required("LOCALDNS_COREDNS")?.trim().into(),
+            health_name,
+            ready_port,
+            metrics_address,
+            start_timeout,
+            check_interval: watchdog / 5,
+            watchdog_enabled,
+            failure_window,
+            failure_threshold,
+        })
+    }
+
+    /// Reads the settings from the process environment.
+    pub fn from_env() -> Result<Settings, SettingsError> {
+        Settings::from_vars(|name| std::env::var(name).ok())
+    }
+
+    pub fn listeners(&self) -> [Ipv4Addr; 2] {
+        [self.node_listener, self.cluster_listener]
+    }
+
+    /// How long one probe may take: half a tick, between 200 ms and 2 s.
+    pub fn probe_timeout(&self) -> Duration {
+        (self.check_interval / 2).clamp(Duration::from_millis(200), Duration::from_secs(2))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn env(extra: &[(&str, &str)]) -> HashMap<String, String> {
+        let mut map: HashMap<String, String> = [
+            ("LOCALDNS_NODE_LISTENER", "169.254.10.10"),
+            ("LOCALDNS_CLUSTER_LISTENER", "169.254.10.11"),
+            ("LOCALDNS_COREFILE", "/etc/unbounded/localdns/Corefile"),
+            ("LOCALDNS_COREDNS", "/usr/local/bin/coredns"),
+            ("LOCALDNS_HEALTH_NAME", "health-check.localdns.local"),
+            ("LOCALDNS_READY_PORT", "8181"),
+            ("LOCALDNS_METRICS_ADDRESS", "192.168.100.10:9253"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        for (k, v) in extra {
+            map.insert((*k).to_owned(), (*v).to_owned());
+        }
+        map
+    }
+
+    fn read(map: &HashMap<String, String>) -> Result<Settings, SettingsError> {
+        Settings::from_vars(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn environment_file_gives_listeners_and_default_rule() {
+        let s = read(&env(&[])).unwrap();
+        assert_eq!(s.listeners(), [Ipv4Addr::new(169, 254, 10, 10), Ipv4Addr::new(169, 254, 10, 11)]);
+        assert_eq!(s.check_interval, Duration::from_secs(12));
+        assert!(!s.watchdog_enabled);
+        assert_eq!((s.failure_window, s.failure_threshold), (Duration::from_secs(600), 10));
+        assert_eq!(s.start_timeout, Duration::from_secs(60));
+    }
+
+    #[test]
+    fn watchdog_usec_sets_the_tick_to_a_fifth() {
+        let s = read(&env(&[("WATCHDOG_USEC", "30000000")])).unwrap();
+        assert_eq!(s.check_interval, Duration::from_secs(6));
+        assert!(s.watchdog_enabled);
+    }
+
+    #[test]
+    fn missing_variable_is_named() {
+        let mut map = env(&[]);
+        map.remove("LOCALDNS_COREFILE");
+        assert!(read(&map).unwrap_err().to_string().contains("LOCALDNS_COREFILE"));
+    }
+
+    #[test]
+    fn malformed_listener_is_named_with_its_value() {
+        let err = read(&env(&[("LOCALDNS_CLUSTER_LISTENER", "169.254.10")])).unwrap_err().to_string();
+        assert!(err.contains("LOCALDNS_CLUSTER_LISTENER") && err.contains("169.254.10"), "{err}");
+    }
+
+    #[test]
+    fn failure_rule_can_be_overridden_for_tests() {
+        let s = read(&env(&[("LOCALDNS_FAILURE_WINDOW_SECS", "5"), ("LOCALDNS_FAILURE_THRESHOLD", "3")])).unwrap();
+        assert_eq!((s.failure_window, s.failure_threshold), (Duration::from_secs(5), 3));
+    }
+}

@@ -1,0 +1,116 @@
+//! Validation of the `LocalDNS` section (spec §2).
+
+use std::collections::BTreeSet;
+
+use super::checked::{
+    DEFAULT_CLUSTER_LISTENER, DEFAULT_CPU_LIMIT_MILLICORES, DEFAULT_MEMORY_LIMIT_MB, DEFAULT_NODE_LISTENER,
+    LocalDns, MAX_COREFILE_TEMPLATE_BYTES,
+};
+use super::problems::Problems;
+use crate::config::LocalDnsConfig;
+use crate::names::{MetricsAddress, PluginName, UnicastIpv4};
+
+const P: &str = "LocalDNS";
+
+/// Checks an enabled `LocalDNS` section. `cluster_dns` is `Cluster.ClusterDNS`
+/// when it was valid, so the listeners can be compared with it.
+pub fn check(raw: &LocalDnsConfig, cluster_dns: Option<UnicastIpv4>, problems: &mut Problems) -> Option<LocalDns> {
+    let before = problems.0.len();
+    let node = listener(raw.node_listener_ip.as_deref(), DEFAULT_NODE_LISTENER, "NodeListenerIP", problems);
+    let cluster =
+        listener(raw.cluster_listener_ip.as_deref(), DEFAULT_CLUSTER_LISTENER, "ClusterListenerIP", problems);
+    if let (Some(n), Some(c)) = (node, cluster)
+        && n == c
+    {
+        problems.push(format!("{P}.ClusterListenerIP"), format!("{c} must differ from LocalDNS.NodeListenerIP"));
+    }
+    if let Some(dns) = cluster_dns {
+        for (ip, name) in [(node, "NodeListenerIP"), (cluster, "ClusterListenerIP")] {
+            if ip == Some(dns) {
+                problems.push("Cluster.ClusterDNS", format!("{dns} must differ from LocalDNS.{name}"));
+            }
+        }
+    }
+
+    let metrics_address = match raw.metrics_address.as_deref() {
+        None => None,
+        Some(s) => match s.parse::<MetricsAddress>() {
+            Ok(m) => Some(m),
+            Err(e) => {
+                problems.push(format!("{P}.MetricsAddress"), e.to_string());
+                None
+            }
+        },
+    };
+
+    let cpu = positive(raw.cpu_limit_in_milli_cores, DEFAULT_CPU_LIMIT_MILLICORES, "CPULimitInMilliCores", problems);
+    let mem = positive(raw.memory_limit_in_mb, DEFAULT_MEMORY_LIMIT_MB, "MemoryLimitInMB", problems);
+    let required_plugins = plugins(raw.required_plugins.as_deref().unwrap_or_default(), problems);
+
+    if let Some(t) = &raw.corefile_template {
+        let path = format!("{P}.CorefileTemplate");
+        if t.len() > MAX_COREFILE_TEMPLATE_BYTES {
+            problems.push(path, format!("is {} bytes; at most {MAX_COREFILE_TEMPLATE_BYTES} (64 KiB)", t.len()));
+        } else if t.trim().is_empty() {
+            problems.push(path, "is empty; leave it out to use the built-in template");
+        } else if let Err(e) = crate::render::corefile::check_template(t) {
+            problems.push(path, e.to_string());
+        }
+    }
+
+    if problems.0.len() > before {
+        return None;
+    }
+    Some(LocalDns {
+        node_listener: node?,
+        cluster_listener: cluster?,
+        metrics_address,
+        cpu_limit_millicores: cpu?,
+        memory_limit_mb: mem?,
+        required_plugins,
+        corefile_template: raw.corefile_template.clone(),
+        notrack_replies: raw.notrack_replies.unwrap_or(true),
+    })
+}
+
+fn listener(raw: Option<&str>, default: std::net::Ipv4Addr, name: &str, problems: &mut Problems) -> Option<UnicastIpv4> {
+    let parsed = match raw {
+        None => UnicastIpv4::try_from(default),
+        Some(s) => s.parse(),
+    };
+    parsed.map_err(|e| problems.push(format!("{P}.{name}"), e.to_string())).ok()
+}
+
+fn positive(raw: Option<i64>, default: u32, name: &str, problems: &mut Problems) -> Option<u32> {
+    match raw {
+        None => Some(default),
+        Some(v) if v > 0 && v <= i64::from(u32::MAX) => Some(v as u32),
+        Some(v) if v > 0 => {
+            problems.push(format!("{P}.{name}"), format!("{v} is too large (at most {})", u32::MAX));
+            None
+        }
+        Some(v) => {
+            problems.push(format!("{P}.{name}"), format!("{v} must be greater than 0"));
+            None
+        }
+    }
+}
+
+fn plugins(raw: &[String], problems: &mut Problems) -> Vec<PluginName> {
+    let mut seen = BTreeSet::new();
+    for (i, name) in raw.iter().enumerate() {
+        let path = format!("{P}.RequiredPlugins[{i}]");
+        match PluginName::normalise(name) {
+            Ok(p) => {
+                if !seen.insert(p.clone()) {
+                    problems.push(path, format!("{:?} is listed more than once", p.as_str()));
+                }
+            }
+            Err(e) => problems.push(path, e.to_string()),
+        }
+    }
+    for base in PluginName::BASELINE {
+        seen.insert(PluginName::normalise(base).expect("baseline plugin names are valid"));
+    }
+    seen.into_iter().collect()
+}

@@ -1,0 +1,164 @@
+//! Table tests for every validation rule.
+
+use rstest::rstest;
+use serde_json::{Value, json};
+
+use super::*;
+
+/// A minimal valid config with LocalDNS enabled; tests patch it.
+pub(crate) fn base() -> Value {
+    json!({
+        "NodeName": "node1",
+        "Cluster": {
+            "CaCertBase64": "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUIKLS0tLS1FTkQgQ0VSVElGSUNBVEUtLS0tLQo=",
+            "ClusterDNS": "10.96.0.10"
+        },
+        "Kubelet": {
+            "ApiServer": "https://192.168.100.1:6443",
+            "Auth": {"BootstrapToken": "abcdef.0123456789abcdef"},
+            "NodeIP": "192.168.100.10"
+        },
+        "LocalDNS": {"Enabled": true}
+    })
+}
+
+/// Applies a JSON merge patch (objects merge, `null` removes, anything else replaces).
+pub(crate) fn merge(base: &mut Value, patch: &Value) {
+    match (base, patch) {
+        (Value::Object(b), Value::Object(p)) => {
+            for (k, v) in p {
+                if v.is_null() {
+                    b.remove(k);
+                } else {
+                    merge(b.entry(k.clone()).or_insert(Value::Null), v);
+                }
+            }
+        }
+        (b, p) => *b = p.clone(),
+    }
+}
+
+fn problems(patch: Value) -> Vec<String> {
+    let mut v = base();
+    merge(&mut v, &patch);
+    match parse_value(v) {
+        Ok(_) => Vec::new(),
+        Err(p) => p.iter().map(ToString::to_string).collect(),
+    }
+}
+
+fn checked(patch: Value) -> Config {
+    let mut v = base();
+    merge(&mut v, &patch);
+    validate(&load_value(v).unwrap()).unwrap()
+}
+
+#[test]
+fn the_base_config_is_valid_and_takes_the_defaults() {
+    let c = checked(json!({}));
+    let l = c.local_dns.unwrap();
+    assert_eq!(l.node_listener.to_string(), "169.254.10.10");
+    assert_eq!(l.cluster_listener.to_string(), "169.254.10.11");
+    assert_eq!(l.metrics_address, None);
+    assert_eq!((l.cpu_limit_millicores, l.memory_limit_mb), (2000, 128));
+    assert!(l.notrack_replies);
+    let plugins: Vec<&str> = l.required_plugins.iter().map(|p| p.as_str()).collect();
+    assert_eq!(plugins, ["bind", "cache", "errors", "forward", "loop", "prometheus", "ready", "whoami"]);
+    assert_eq!(c.machine_name.as_str(), "node1");
+    assert_eq!(c.host_prefix.as_str(), "/usr/local");
+}
+
+#[rstest]
+#[case::node_listener_not_ipv4(json!({"LocalDNS": {"NodeListenerIP": "fd00::1"}}), "LocalDNS.NodeListenerIP: \"fd00::1\" is not an IPv4 address")]
+#[case::node_listener_unspecified(json!({"LocalDNS": {"NodeListenerIP": "0.0.0.0"}}), "LocalDNS.NodeListenerIP: 0.0.0.0 is the unspecified address")]
+#[case::node_listener_multicast(json!({"LocalDNS": {"NodeListenerIP": "239.1.1.1"}}), "LocalDNS.NodeListenerIP: 239.1.1.1 is a multicast address")]
+#[case::node_listener_loopback(json!({"LocalDNS": {"NodeListenerIP": "127.0.0.53"}}), "LocalDNS.NodeListenerIP: 127.0.0.53 is a loopback address")]
+#[case::cluster_listener_loopback(json!({"LocalDNS": {"ClusterListenerIP": "127.0.0.1"}}), "LocalDNS.ClusterListenerIP: 127.0.0.1 is a loopback address")]
+#[case::listeners_equal(json!({"LocalDNS": {"ClusterListenerIP": "169.254.10.10"}}), "LocalDNS.ClusterListenerIP: 169.254.10.10 must differ from LocalDNS.NodeListenerIP")]
+#[case::cluster_dns_is_node_listener(json!({"Cluster": {"ClusterDNS": "169.254.10.10"}}), "Cluster.ClusterDNS: 169.254.10.10 must differ from LocalDNS.NodeListenerIP")]
+#[case::cluster_dns_is_cluster_listener(json!({"Cluster": {"ClusterDNS": "169.254.10.11"}}), "Cluster.ClusterDNS: 169.254.10.11 must differ from LocalDNS.ClusterListenerIP")]
+#[case::cluster_dns_not_ipv4(json!({"Cluster": {"ClusterDNS": "fd00::10"}}), "Cluster.ClusterDNS: \"fd00::10\" is not an IPv4 address")]
+#[case::cluster_dns_missing(json!({"Cluster": {"ClusterDNS": null}}), "Cluster.ClusterDNS: is required")]
+#[case::metrics_not_ipv4_port(json!({"LocalDNS": {"MetricsAddress": "10.0.0.1"}}), "LocalDNS.MetricsAddress: \"10.0.0.1\" is not IPv4:port")]
+#[case::metrics_port_zero(json!({"LocalDNS": {"MetricsAddress": "10.0.0.1:0"}}), "LocalDNS.MetricsAddress: \"10.0.0.1:0\": port 0 is not a usable port (1-65535)")]
+#[case::metrics_port_too_big(json!({"LocalDNS": {"MetricsAddress": "10.0.0.1:65536"}}), "LocalDNS.MetricsAddress: \"10.0.0.1:65536\": port \"65536\" is not a number in 1-65535")]
+#[case::metrics_wildcard(json!({"LocalDNS": {"MetricsAddress": "0.0.0.0:9253"}}), "LocalDNS.MetricsAddress: \"0.0.0.0:9253\": 0.0.0.0 is the unspecified address")]
+#[case::metrics_loopback(json!({"LocalDNS": {"MetricsAddress": "127.0.0.1:9253"}}), "LocalDNS.MetricsAddress: \"127.0.0.1:9253\": 127.0.0.1 is a loopback address")]
+#[case::cpu_zero(json!({"LocalDNS": {"CPULimitInMilliCores": 0}}), "LocalDNS.CPULimitInMilliCores: 0 must be greater than 0")]
+#[case::cpu_negative(json!({"LocalDNS": {"CPULimitInMilliCores": -5}}), "LocalDNS.CPULimitInMilliCores: -5 must be greater than 0")]
+#[case::memory_zero(json!({"LocalDNS": {"MemoryLimitInMB": 0}}), "LocalDNS.MemoryLimitInMB: 0 must be greater than 0")]
+#[case::plugin_bad_name(json!({"LocalDNS": {"RequiredPlugins": ["rewrite", "9lives"]}}), "LocalDNS.RequiredPlugins[1]: \"9lives\" is not a plugin name (^[a-z][a-z0-9_-]*$ after trimming and lowercasing)")]
+#[case::plugin_duplicate_after_normalising(json!({"LocalDNS": {"RequiredPlugins": ["rewrite", " Rewrite "]}}), "LocalDNS.RequiredPlugins[1]: \"rewrite\" is listed more than once")]
+#[case::template_too_big(json!({"LocalDNS": {"CorefileTemplate": "#".repeat(64 * 1024 + 1)}}), "LocalDNS.CorefileTemplate: is 65537 bytes; at most 65536 (64 KiB)")]
+#[case::template_unknown_variable(json!({"LocalDNS": {"CorefileTemplate": ".:53 {\n bind {{ nodelistener }}\n}\n"}}), "LocalDNS.CorefileTemplate: Corefile template: undefined value: `nodelistener` is undefined (template line 2)")]
+#[case::template_syntax(json!({"LocalDNS": {"CorefileTemplate": ".:53 {{% if %}\n"}}), "LocalDNS.CorefileTemplate: Corefile template: syntax error")]
+#[case::unknown_localdns_field(json!({"LocalDNS": {"NOTRACKReply": true}}), "LocalDNS.NOTRACKReply: unknown field")]
+#[case::wrong_type(json!({"LocalDNS": {"NOTRACKReplies": "yes"}}), "LocalDNS.NOTRACKReplies: invalid type: string \"yes\", expected a boolean")]
+#[case::node_name_missing(json!({"NodeName": null}), "NodeName: is required")]
+#[case::node_name_unsafe(json!({"NodeName": "node 1"}), "NodeName: \"node 1\" is not a DNS name")]
+#[case::machine_name_unsafe(json!({"MachineName": "m\n1"}), "MachineName: \"m\\n1\" is not a DNS name")]
+#[case::host_prefix_relative(json!({"HostPrefix": "usr/local"}), "HostPrefix: \"usr/local\" is not an absolute path")]
+#[case::host_prefix_with_space(json!({"HostPrefix": "/opt/my agent"}), "HostPrefix: \"/opt/my agent\" contains ' '")]
+#[case::api_server_http(json!({"Kubelet": {"ApiServer": "http://10.0.0.1:6443"}}), "Kubelet.ApiServer: \"http://10.0.0.1:6443\" must use https://")]
+#[case::token_bad(json!({"Kubelet": {"Auth": {"BootstrapToken": "secret"}}}), "Kubelet.Auth.BootstrapToken: is not a bootstrap token")]
+#[case::ca_not_base64(json!({"Cluster": {"CaCertBase64": "not base64!"}}), "Cluster.CaCertBase64: is not valid base64")]
+#[case::ca_not_pem(json!({"Cluster": {"CaCertBase64": "aGVsbG8="}}), "Cluster.CaCertBase64: does not decode to a PEM certificate")]
+#[case::node_ip_loopback(json!({"Kubelet": {"NodeIP": "127.0.0.1"}}), "Kubelet.NodeIP: 127.0.0.1 is not a unicast, non-loopback address")]
+#[case::node_ip_garbage(json!({"Kubelet": {"NodeIP": "10.0.0.1,foo"}}), "Kubelet.NodeIP: \"foo\" is not an IP address (comma-separated list)")]
+#[case::label_bad(json!({"Kubelet": {"Labels": {"a b": "c"}}}), "Kubelet.Labels.a b: \"a b\" is not a label key")]
+#[case::taint_bad(json!({"Kubelet": {"RegisterWithTaints": ["k=v:Sometimes"]}}), "Kubelet.RegisterWithTaints[0]: \"k=v:Sometimes\": effect \"Sometimes\" is not NoSchedule")]
+#[case::kubelet_kind(json!({"Kubelet": {"Configuration": {"kind": "Pod"}}}), "Kubelet.Configuration.kind: must be \"KubeletConfiguration\" (or left out)")]
+#[case::coredns_version(json!({"Downloads": {"CoreDNS": {"Version": "latest"}}}), "Downloads.CoreDNS.Version: \"latest\" is not a version (X.Y.Z or vX.Y.Z)")]
+#[case::coredns_url(json!({"Downloads": {"CoreDNS": {"URL": "ftp://x/coredns"}}}), "Downloads.CoreDNS.URL: \"ftp://x/coredns\" is not an http:// or https:// URL")]
+#[case::machine_image_sha(json!({"MachineImage": {"URL": "http://x/rootfs.tar", "SHA256": "abc"}}), "MachineImage.SHA256: \"abc\" is not a SHA-256 digest (64 hex digits)")]
+#[case::container_image_ref_missing(json!({"ContainerImages": [{"URL": "http://x/pause.tar"}]}), "ContainerImages[0].Ref: is required")]
+#[case::offline_relative(json!({"OfflineArtifacts": {"Source": "bundle"}}), "OfflineArtifacts.Source: \"bundle\" is not an http:// or https:// URL (an absolute directory path or an http(s) URL)")]
+fn each_rule_reports_its_path_and_reason(#[case] patch: Value, #[case] want: &str) {
+    let got = problems(patch);
+    assert!(got.iter().any(|p| p.starts_with(want)), "want a line starting with {want:?}, got {got:#?}");
+}
+
+#[test]
+fn every_problem_is_reported_in_one_run() {
+    let got = problems(json!({
+        "Bogus": true,
+        "Cluster": {"ClusterDNS": "169.254.10.11"},
+        "LocalDNS": {"NodeListenerIP": "0.0.0.0", "MemoryLimitInMB": 0, "RequiredPlugins": ["a", "a"], "Extra": 1}
+    }));
+    assert_eq!(got.len(), 6, "{got:#?}");
+    assert!(got.contains(&"Bogus: unknown field".to_owned()), "{got:#?}");
+    assert!(got.contains(&"LocalDNS.Extra: unknown field".to_owned()), "{got:#?}");
+
+    let got = problems(json!({"NodeName": 7, "Kubelet": {"NodeIP": "::1"}}));
+    assert_eq!(got.len(), 2, "a wrongly typed value is not also reported as missing: {got:#?}");
+}
+
+#[test]
+fn disabled_localdns_is_not_validated() {
+    let c = checked(json!({"LocalDNS": {"Enabled": false, "NodeListenerIP": "nonsense", "MemoryLimitInMB": -1}}));
+    assert_eq!(c.local_dns, None);
+    let c = checked(json!({"LocalDNS": null}));
+    assert_eq!(c.local_dns, None);
+}
+
+#[test]
+fn cluster_dns_may_equal_a_listener_address_when_localdns_is_disabled() {
+    checked(json!({"Cluster": {"ClusterDNS": "169.254.10.10"}, "LocalDNS": {"Enabled": false}}));
+}
+
+#[test]
+fn required_plugins_are_normalised_sorted_and_merged_with_the_baseline() {
+    let c = checked(json!({"LocalDNS": {"RequiredPlugins": [" Rewrite", "cache", "hosts"]}}));
+    let names: Vec<String> = c.local_dns.unwrap().required_plugins.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        names,
+        ["bind", "cache", "errors", "forward", "hosts", "loop", "prometheus", "ready", "rewrite", "whoami"]
+    );
+}
+
+#[test]
+fn versions_and_urls_are_normalised() {
+    let c = checked(json!({"Downloads": {"CoreDNS": {"Version": "v1.12.4", "BaseURL": "http://192.168.100.1:8080/coredns/"}}}));
+    assert_eq!(c.downloads.core_dns.version.unwrap().as_str(), "1.12.4");
+    assert_eq!(c.downloads.core_dns.base_url.unwrap(), "http://192.168.100.1:8080/coredns");
+}

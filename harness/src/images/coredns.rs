@@ -1,0 +1,320 @@
+//! The CoreDNS release artifact, built here from its published Go module at the
+//! version pinned in `images/coredns/recipe.env` and packed as upstream does.
+//!
+//! Layout of a built entry (`<cache>/coredns/<key>/`):
+//! * `coredns_<ver>_linux_amd64.tgz` (one member `coredns`, mode 0755, root,
+//!   mtime `SOURCE_DATE_EPOCH`) and `coredns_<ver>_linux_amd64.tgz.sha256`
+//!   (`<hex>  <file name>`), also at `release/v<ver>/` so an HTTP server rooted
+//!   at `release/` answers like `https://github.com/coredns/coredns/releases/download`;
+//! * `offline/`: an offline bundle (`manifest.json` with `versions.coredns`,
+//!   `coredns/v<ver>/bin/linux/amd64/coredns` and its `.sha256`);
+//! * `recipe/`: the recipe files it was built from, and `build.json`.
+
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::Context;
+use flate2::{Compression, GzBuilder};
+use sha2::{Digest, Sha256};
+
+use crate::cache::{Cache, RecipeKey};
+use crate::progress::{Step, run_logged};
+
+/// The cache kind of the CoreDNS artifact.
+pub const KIND: &str = "coredns";
+/// The recipe files, compiled in so the key and the build agree.
+const RECIPE_ENV: &str = include_str!("../../../images/coredns/recipe.env");
+const BUILD_SH: &str = include_str!("../../../images/coredns/build.sh");
+/// Bump when this file changes what a build produces (packing, layout).
+const PACK_REVISION: &str = "coredns-pack-1";
+/// The only architecture built here.
+pub const ARCH: &str = "amd64";
+
+/// The pinned inputs read from `images/coredns/recipe.env`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Recipe {
+    /// Without the `v` (`1.15.0`).
+    pub version: String,
+    /// `GOTOOLCHAIN` (`go1.26.8`).
+    pub go_toolchain: String,
+    /// mtime of the tarball member and the gzip header.
+    pub source_date_epoch: u32,
+}
+
+impl Recipe {
+    /// Parses `KEY=VALUE` lines (comments and blanks ignored).
+    pub fn parse(text: &str) -> anyhow::Result<Recipe> {
+        let value = |key: &str| -> anyhow::Result<String> {
+            text.lines()
+                .map(str::trim)
+                .filter(|l| !l.starts_with('#'))
+                .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+                .with_context(|| format!("images/coredns/recipe.env has no {key}="))
+        };
+        let version = value("COREDNS_VERSION")?;
+        anyhow::ensure!(
+            !version.starts_with('v') && version.split('.').count() == 3,
+            "images/coredns/recipe.env: COREDNS_VERSION={version} is not like 1.15.0"
+        );
+        Ok(Recipe {
+            version,
+            go_toolchain: value("GO_TOOLCHAIN")?,
+            source_date_epoch: value("SOURCE_DATE_EPOCH")?
+                .parse()
+                .context("images/coredns/recipe.env: SOURCE_DATE_EPOCH is not a number")?,
+        })
+    }
+
+    /// The recipe as checked in.
+    pub fn pinned() -> anyhow::Result<Recipe> {
+        Recipe::parse(RECIPE_ENV)
+    }
+
+    /// `coredns_<ver>_linux_amd64.tgz`.
+    pub fn tarball_name(&self) -> String {
+        format!("coredns_{}_linux_{ARCH}.tgz", self.version)
+    }
+}
+
+/// The cache key: both recipe files and the packing revision.
+pub fn key() -> RecipeKey {
+    RecipeKey::new(KIND)
+        .with("recipe.env", RECIPE_ENV)
+        .with("build.sh", BUILD_SH)
+        .with("pack", PACK_REVISION)
+}
+
+/// A built CoreDNS artifact.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct CoreDnsArtifact {
+    /// Without the `v` (`1.15.0`).
+    pub version: String,
+    /// The cache entry's directory.
+    pub dir: PathBuf,
+    /// `<dir>/coredns_<ver>_linux_amd64.tgz`.
+    pub tarball: PathBuf,
+    /// `<tarball>.sha256` (`<hex>  <file name>`).
+    pub tarball_sidecar: PathBuf,
+    pub tarball_sha256: String,
+    /// `<dir>/release`: serve it over HTTP and use its address as `BaseURL`.
+    pub release_root: PathBuf,
+    /// `<dir>/offline`: an offline bundle for `OfflineArtifacts.Source`.
+    pub offline_bundle: PathBuf,
+    /// The binary inside the offline bundle.
+    pub binary: PathBuf,
+    pub binary_sha256: String,
+}
+
+impl CoreDnsArtifact {
+    fn at(dir: &Path, recipe: &Recipe) -> anyhow::Result<CoreDnsArtifact> {
+        let version = recipe.version.clone();
+        let tarball = dir.join(recipe.tarball_name());
+        let tarball_sidecar = sidecar_of(&tarball);
+        let binary = dir.join(format!("offline/coredns/v{version}/bin/linux/{ARCH}/coredns"));
+        let read_hex = |path: &Path| -> anyhow::Result<String> {
+            let text = fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            text.split_whitespace()
+                .next()
+                .map(str::to_string)
+                .with_context(|| format!("{} is empty", path.display()))
+        };
+        Ok(CoreDnsArtifact {
+            tarball_sha256: read_hex(&tarball_sidecar)?,
+            binary_sha256: read_hex(&sidecar_of(&binary))?,
+            release_root: dir.join("release"),
+            offline_bundle: dir.join("offline"),
+            dir: dir.to_path_buf(),
+            version,
+            tarball,
+            tarball_sidecar,
+            binary,
+        })
+    }
+}
+
+/// Builds the artifact unless it is cached; returns it.
+pub fn build(cache: &Cache) -> anyhow::Result<CoreDnsArtifact> {
+    let recipe = Recipe::pinned()?;
+    let dir = cache.get_or_build(KIND, &key(), |out, log| build_into(&recipe, out, log))?;
+    CoreDnsArtifact::at(&dir, &recipe)
+}
+
+/// The cached artifact; fails at once, naming `harness images build`, when it is missing.
+pub fn require(cache: &Cache) -> anyhow::Result<CoreDnsArtifact> {
+    let recipe = Recipe::pinned()?;
+    let key = key();
+    match cache.lookup(KIND, &key) {
+        Some(dir) => CoreDnsArtifact::at(&dir, &recipe),
+        None => anyhow::bail!(
+            "the CoreDNS {} artifact ({KIND} {}) is not built in {}: run `harness images build` \
+             (or `harness images coredns`)",
+            recipe.version,
+            key.hex(),
+            cache.root().display()
+        ),
+    }
+}
+
+fn build_into(recipe: &Recipe, out: &Path, log: &Path) -> anyhow::Result<()> {
+    let step = Step::start(format!("building CoreDNS v{} (go install, {})", recipe.version, recipe.go_toolchain));
+    let recipe_dir = out.join("recipe");
+    fs::create_dir_all(&recipe_dir)?;
+    fs::write(recipe_dir.join("recipe.env"), RECIPE_ENV)?;
+    fs::write(recipe_dir.join("build.sh"), BUILD_SH)?;
+    let gobin = out.join("gobin");
+    run_logged(
+        Command::new("sh")
+            .arg(recipe_dir.join("build.sh"))
+            .arg(&gobin)
+            .env("GO", go_binary()?),
+        log,
+        &step,
+    )?;
+    step.message("packing the release tarball and the offline bundle");
+    let built = gobin.join("coredns");
+    check_version(&built, &recipe.version)?;
+    pack(recipe, &built, out)?;
+    fs::remove_dir_all(&gobin)?;
+    step.finish();
+    Ok(())
+}
+
+/// `go` on PATH, else the one `scripts/setup.sh` installs.
+fn go_binary() -> anyhow::Result<PathBuf> {
+    let on_path = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|dir| dir.join("go"))
+        .find(|go| go.is_file());
+    on_path
+        .or_else(|| Some(PathBuf::from("/usr/local/go/bin/go")).filter(|go| go.is_file()))
+        .context("no `go` on PATH nor /usr/local/go/bin/go: run scripts/setup.sh (it installs Go)")
+}
+
+fn check_version(binary: &Path, version: &str) -> anyhow::Result<()> {
+    let out = agent::exec::run_stdout(Command::new(binary).arg("-version"))?;
+    anyhow::ensure!(
+        out.lines().next() == Some(&format!("CoreDNS-{version}")),
+        "{} -version printed {out:?}, expected CoreDNS-{version}",
+        binary.display()
+    );
+    Ok(())
+}
+
+/// Lays out the tarball, the release directory and the offline bundle.
+fn pack(recipe: &Recipe, built: &Path, out: &Path) -> anyhow::Result<()> {
+    let version = &recipe.version;
+    let bin_dir = out.join(format!("offline/coredns/v{version}/bin/linux/{ARCH}"));
+    fs::create_dir_all(&bin_dir)?;
+    let binary = bin_dir.join("coredns");
+    fs::rename(built, &binary)?;
+    write_sidecar(&binary)?;
+    fs::write(
+        out.join("offline/manifest.json"),
+        serde_json::to_string_pretty(&serde_json::json!({ "versions": { "coredns": version } }))? + "\n",
+    )?;
+
+    let release_dir = out.join(format!("release/v{version}"));
+    fs::create_dir_all(&release_dir)?;
+    let tarball = release_dir.join(recipe.tarball_name());
+    write_tarball(&binary, &tarball, recipe.source_date_epoch)?;
+    let sidecar = write_sidecar(&tarball)?;
+    fs::hard_link(&tarball, out.join(recipe.tarball_name()))?;
+    fs::hard_link(&sidecar, out.join(sidecar.file_name().expect("sidecar name")))?;
+    fs::write(
+        out.join("build.json"),
+        serde_json::to_string_pretty(&serde_json::json!({
+            "module": "github.com/coredns/coredns",
+            "version": version,
+            "go_toolchain": recipe.go_toolchain,
+            "key": key().hex(),
+        }))? + "\n",
+    )?;
+    Ok(())
+}
+
+/// A gzip tarball with one member `coredns` (0755, uid/gid 0, fixed mtime).
+pub fn write_tarball(binary: &Path, tarball: &Path, mtime: u32) -> anyhow::Result<()> {
+    let data = File::open(binary)?;
+    let size = data.metadata()?.len();
+    let gz = GzBuilder::new().mtime(mtime).write(File::create(tarball)?, Compression::default());
+    let mut tar = tar::Builder::new(gz);
+    let mut header = tar::Header::new_gnu();
+    header.set_path("coredns")?;
+    header.set_entry_type(tar::EntryType::Regular);
+    header.set_size(size);
+    header.set_mode(0o755);
+    header.set_uid(0);
+    header.set_gid(0);
+    header.set_mtime(mtime.into());
+    header.set_cksum();
+    tar.append(&header, data)?;
+    let file = tar.into_inner()?.finish()?;
+    file.sync_all()?;
+    Ok(())
+}
+
+/// Writes `<path>.sha256` as `<hex>  <file name>`; returns its path.
+pub fn write_sidecar(path: &Path) -> anyhow::Result<PathBuf> {
+    let mut hasher = Sha256::new();
+    std::io::copy(&mut File::open(path)?, &mut hasher)?;
+    let name = path.file_name().context("no file name")?.to_string_lossy();
+    let sidecar = sidecar_of(path);
+    let mut file = File::create(&sidecar)?;
+    writeln!(file, "{}  {name}", hex::encode(hasher.finalize()))?;
+    Ok(sidecar)
+}
+
+fn sidecar_of(path: &Path) -> PathBuf {
+    let mut os = path.as_os_str().to_owned();
+    os.push(".sha256");
+    PathBuf::from(os)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pinned_recipe_is_a_current_release() {
+        let recipe = Recipe::pinned().unwrap();
+        let minor: u32 = recipe.version.split('.').nth(1).unwrap().parse().unwrap();
+        assert!(recipe.version.starts_with("1.") && minor >= 12, "{recipe:?}");
+        assert_eq!(recipe.tarball_name(), format!("coredns_{}_linux_amd64.tgz", recipe.version));
+        assert_eq!(recipe.version, agent::artifact::source::COREDNS_DEFAULT_VERSION);
+    }
+
+    #[test]
+    fn recipe_without_a_field_is_refused_naming_it() {
+        let err = Recipe::parse("COREDNS_VERSION=1.15.0\nGO_TOOLCHAIN=go1.26.8\n").unwrap_err();
+        assert!(err.to_string().contains("SOURCE_DATE_EPOCH"), "{err}");
+        let err = Recipe::parse("COREDNS_VERSION=v1.15\n").unwrap_err();
+        assert!(err.to_string().contains("not like 1.15.0"), "{err}");
+    }
+
+    #[test]
+    fn tarball_is_reproducible_with_one_root_owned_0755_member() {
+        let dir = tempfile::tempdir().unwrap();
+        let binary = dir.path().join("coredns");
+        fs::write(&binary, b"#!/bin/sh\n").unwrap();
+        let (a, b) = (dir.path().join("a.tgz"), dir.path().join("b.tgz"));
+        write_tarball(&binary, &a, 1_792_549_052).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        write_tarball(&binary, &b, 1_792_549_052).unwrap();
+        assert_eq!(fs::read(&a).unwrap(), fs::read(&b).unwrap());
+        let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(File::open(&a).unwrap()));
+        let entries: Vec<_> = archive.entries().unwrap().map(|e| e.unwrap().header().clone()).collect();
+        assert_eq!(entries.len(), 1);
+        assert_eq!(entries[0].path().unwrap().to_str(), Some("coredns"));
+        assert_eq!(entries[0].mode().unwrap(), 0o755);
+        assert_eq!((entries[0].uid().unwrap(), entries[0].gid().unwrap()), (0, 0));
+        assert_eq!(entries[0].mtime().unwrap(), 1_792_549_052);
+        let sidecar = write_sidecar(&a).unwrap();
+        let text = fs::read_to_string(sidecar).unwrap();
+        assert!(text.ends_with("  a.tgz\n") && text.len() == 64 + 2 + 5 + 1, "{text:?}");
+    }
+}

@@ -1,0 +1,228 @@
+//! Shared steps of the mmdebstrap recipes under `images/`: recipe key, package list, the run, the manifest.
+//!
+//! A recipe is a directory `images/<name>/` holding a `packages` list (one
+//! name a line, `#` comments) and a `customize.sh` hook that mmdebstrap runs
+//! with the new root as `$1`, plus whatever files the hook reads. The suite
+//! is pinned, package versions are not: reproducible means a fixed
+//! `SOURCE_DATE_EPOCH` plus the `dpkg -l` manifest stored with each build.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::Context;
+
+use crate::cache::RecipeKey;
+use crate::progress::{Step, run_logged};
+
+/// The Debian suite every image is built from.
+pub const SUITE: &str = "trixie";
+/// The Debian mirror the images are built from.
+pub const MIRROR: &str = "http://deb.debian.org/debian";
+/// 2026-01-01T00:00:00Z: the timestamp of every file the build writes.
+pub const SOURCE_DATE_EPOCH: &str = "1767225600";
+/// The manifest stored with each image: `dpkg -l` of its root.
+pub const MANIFEST: &str = "packages.txt";
+
+/// One recipe directory under `images/`.
+#[derive(Clone, Debug)]
+pub struct Recipe {
+    pub name: &'static str,
+    pub dir: PathBuf,
+    /// Bumped when the Rust side of the build changes what it produces.
+    pub version: &'static str,
+}
+
+impl Recipe {
+    /// The recipe `images/<name>` of this repository.
+    pub fn new(name: &'static str, version: &'static str) -> Recipe {
+        Recipe {
+            name,
+            dir: images_dir().join(name),
+            version,
+        }
+    }
+
+    /// The cache key: every file of the recipe (path, executable bit,
+    /// contents), its version, the suite, the mirror and the epoch.
+    pub fn key(&self) -> anyhow::Result<RecipeKey> {
+        let mut key = RecipeKey::new(self.name)
+            .with("version", self.version)
+            .with("suite", SUITE)
+            .with("mirror", MIRROR)
+            .with("source-date-epoch", SOURCE_DATE_EPOCH);
+        let mut files = Vec::new();
+        collect_files(&self.dir, &mut files)
+            .with_context(|| format!("reading the recipe {}", self.dir.display()))?;
+        if files.is_empty() {
+            anyhow::bail!("recipe directory {} is missing or empty", self.dir.display());
+        }
+        files.sort();
+        for file in files {
+            let rel = file
+                .strip_prefix(&self.dir)
+                .unwrap_or(&file)
+                .to_string_lossy()
+                .into_owned();
+            let bytes = fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
+            let mode = file_mode(&file)?;
+            key = key.with(&format!("file {rel} mode {mode:o}"), bytes);
+        }
+        Ok(key)
+    }
+
+    /// The package names of the recipe's `packages` list.
+    pub fn packages(&self) -> anyhow::Result<Vec<String>> {
+        let path = self.dir.join("packages");
+        let text = fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        let packages = parse_packages(&text).with_context(|| format!("in {}", path.display()))?;
+        if packages.is_empty() {
+            anyhow::bail!("{} lists no packages", path.display());
+        }
+        Ok(packages)
+    }
+
+    /// Runs mmdebstrap into `target` (a directory, or a file whose extension
+    /// picks the format), running the recipe's `customize.sh` and writing the
+    /// manifest to `manifest`. `extra` are further mmdebstrap options.
+    pub fn mmdebstrap(
+        &self,
+        target: &Path,
+        manifest: &Path,
+        extra: &[&str],
+        log: &Path,
+        step: &Step,
+    ) -> anyhow::Result<()> {
+        let hook = self.dir.join("customize.sh");
+        if !hook.is_file() {
+            anyhow::bail!("recipe hook {} is missing", hook.display());
+        }
+        let mut cmd = Command::new("mmdebstrap");
+        cmd.env("SOURCE_DATE_EPOCH", SOURCE_DATE_EPOCH)
+            .env("LC_ALL", "C.UTF-8")
+            .arg("--mode=root")
+            .arg("--variant=apt")
+            .arg("--aptopt=Acquire::Retries \"3\"")
+            .arg(format!("--include={}", self.packages()?.join(",")))
+            .arg("--dpkgopt=path-exclude=/usr/share/man/*")
+            .arg("--dpkgopt=path-exclude=/usr/share/locale/*")
+            .arg("--dpkgopt=path-exclude=/usr/share/doc/*")
+            .arg("--dpkgopt=path-include=/usr/share/doc/*/copyright")
+            .arg(format!("--customize-hook={} \"$1\"", shell_quote(&hook)))
+            .arg(format!(
+                "--customize-hook=COLUMNS=200 dpkg-query --admindir=\"$1/var/lib/dpkg\" -l > {}",
+                shell_quote(manifest)
+            ))
+            .args(extra)
+            .arg(SUITE)
+            .arg(target)
+            .arg(MIRROR);
+        run_logged(&mut cmd, log, step)
+    }
+}
+
+/// `<repo>/images`, where the recipes live.
+pub fn images_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the harness crate sits in the repository")
+        .join("images")
+}
+
+/// The names of a `packages` list: one a line, `#` starts a comment.
+pub fn parse_packages(text: &str) -> anyhow::Result<Vec<String>> {
+    let mut names = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let valid = line
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "+-.".contains(c));
+        if !valid {
+            anyhow::bail!("line {}: {line:?} is not a Debian package name", n + 1);
+        }
+        names.push(line.to_string());
+    }
+    Ok(names)
+}
+
+/// The package names (second column of `ii` lines) of a `dpkg -l` manifest.
+pub fn manifest_packages(text: &str) -> Vec<String> {
+    text.lines()
+        .filter(|l| l.starts_with("ii "))
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .map(|name| name.split(':').next().unwrap_or(name).to_string())
+        .collect()
+}
+
+fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+    for entry in fs::read_dir(dir)? {
+        let path = entry?.path();
+        if fs::symlink_metadata(&path)?.is_dir() {
+            collect_files(&path, out)?;
+        } else {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+fn file_mode(path: &Path) -> anyhow::Result<u32> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = fs::symlink_metadata(path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(meta.permissions().mode() & 0o777)
+}
+
+fn shell_quote(path: &Path) -> String {
+    format!("'{}'", path.to_string_lossy().replace('\'', r"'\''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packages_list_skips_comments_and_blank_lines() {
+        let names = parse_packages("# head\nsystemd\n\n  nftables # firewall\n").unwrap();
+        assert_eq!(names, ["systemd", "nftables"]);
+    }
+
+    #[test]
+    fn packages_list_rejects_what_is_not_a_package_name() {
+        let err = parse_packages("systemd\nfoo bar\n").unwrap_err();
+        assert!(err.to_string().contains("line 2"), "{err}");
+    }
+
+    #[test]
+    fn manifest_packages_reads_installed_names() {
+        let text = "Desired=Unknown\n||/ Name Version Architecture Description\n+++-====\n\
+                    ii  systemd  257.9-1 amd64 system and service manager\n\
+                    ii  libc6:amd64 2.41-12 amd64 GNU C Library\nrc  gone 1 amd64 removed\n";
+        assert_eq!(manifest_packages(text), ["systemd", "libc6"]);
+    }
+
+    #[test]
+    fn recipe_key_changes_with_a_recipe_file() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("packages"), "systemd\n").unwrap();
+        let recipe = Recipe {
+            name: "t",
+            dir: dir.path().to_path_buf(),
+            version: "1",
+        };
+        let before = recipe.key().unwrap().hex();
+        fs::write(dir.path().join("packages"), "systemd\nnftables\n").unwrap();
+        assert_ne!(before, recipe.key().unwrap().hex());
+    }
+
+    #[test]
+    fn both_recipes_of_the_repository_are_readable() {
+        for name in ["host", "rootfs"] {
+            let recipe = Recipe::new(name, "1");
+            assert!(recipe.packages().unwrap().contains(&"systemd".to_string()));
+            recipe.key().unwrap();
+        }
+    }
+}

@@ -1,0 +1,116 @@
+//! A lab's names and addresses, all derived from its number `n` (see docs/lab.md).
+//!
+//! | what                 | value                          |
+//! |----------------------|--------------------------------|
+//! | network namespace    | `lab-<n>`                      |
+//! | bridge               | `labbr<n>`, `192.168.<100+n>.1/24` |
+//! | upstream DNS         | `192.168.<100+n>.1:53` (UDP and TCP) |
+//! | artifact HTTP server | `192.168.<100+n>.1:8080`       |
+//! | API server (later)   | `192.168.<100+n>.1:6443`       |
+//! | VM `k` (from 0)      | tap `labtap<n>-<k>`, `192.168.<100+n>.<10+k>`, MAC `52:54:00:6c:<n>:<k>` |
+
+use std::net::{Ipv4Addr, SocketAddr};
+
+/// The lab number reserved for `harness lab up`; tests use `NEXTEST_TEST_GLOBAL_SLOT + 1`.
+pub const INTERACTIVE_LAB: u8 = 0;
+/// The highest lab number (the subnet's third octet is `100 + n` ≤ 254).
+pub const MAX_LAB: u8 = 154;
+/// How many VMs one lab can hold (`.10` up to `.249`).
+pub const MAX_VMS: u8 = 240;
+/// The artifact HTTP server's port on the bridge address.
+pub const HTTP_PORT: u16 = 8080;
+/// The upstream DNS server's port on the bridge address.
+pub const DNS_PORT: u16 = 53;
+/// The API server's port on the bridge address (control plane, later).
+pub const API_SERVER_PORT: u16 = 6443;
+/// Prefix length of the lab subnet.
+pub const PREFIX_LEN: u8 = 24;
+
+/// Names and addresses of lab number `n`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LabAddrs {
+    n: u8,
+}
+
+impl LabAddrs {
+    /// The addresses of lab `n`; `None` when `n` is above [`MAX_LAB`].
+    pub fn new(n: u8) -> Option<LabAddrs> {
+        (n <= MAX_LAB).then_some(LabAddrs { n })
+    }
+
+    pub fn number(&self) -> u8 {
+        self.n
+    }
+
+    /// The network namespace, `lab-<n>`.
+    pub fn netns(&self) -> String {
+        format!("lab-{}", self.n)
+    }
+
+    /// The bridge inside the namespace, `labbr<n>`.
+    pub fn bridge(&self) -> String {
+        format!("labbr{}", self.n)
+    }
+
+    /// The tap of VM `k`, `labtap<n>-<k>` (at most 12 characters).
+    pub fn tap(&self, k: u8) -> String {
+        format!("labtap{}-{}", self.n, k)
+    }
+
+    /// The bridge's address, where every lab service listens.
+    pub fn bridge_ip(&self) -> Ipv4Addr {
+        Ipv4Addr::new(192, 168, 100 + self.n, 1)
+    }
+
+    /// The upstream DNS server the VMs use.
+    pub fn dns(&self) -> SocketAddr {
+        SocketAddr::from((self.bridge_ip(), DNS_PORT))
+    }
+
+    /// The artifact HTTP server.
+    pub fn http(&self) -> SocketAddr {
+        SocketAddr::from((self.bridge_ip(), HTTP_PORT))
+    }
+
+    /// The artifact server's base URL, `http://192.168.<100+n>.1:8080`.
+    pub fn http_url(&self) -> String {
+        format!("http://{}", self.http())
+    }
+
+    /// The address of VM `k`, `192.168.<100+n>.<10+k>`.
+    pub fn vm_ip(&self, k: u8) -> Option<Ipv4Addr> {
+        (k < MAX_VMS).then(|| Ipv4Addr::new(192, 168, 100 + self.n, 10 + k))
+    }
+
+    /// The MAC of VM `k`: QEMU's prefix `52:54:00`, then `6c` ("l"), `n`, `k`.
+    pub fn vm_mac(&self, k: u8) -> String {
+        format!("52:54:00:6c:{:02x}:{:02x}", self.n, k)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_fit_the_kernels_fifteen_characters() {
+        let lab = LabAddrs::new(MAX_LAB).unwrap();
+        assert!(lab.tap(MAX_VMS - 1).len() <= 15, "{}", lab.tap(MAX_VMS - 1));
+        assert!(lab.bridge().len() <= 15);
+        assert!(LabAddrs::new(MAX_LAB + 1).is_none());
+    }
+
+    #[test]
+    fn addresses_follow_the_lab_number() {
+        let lab = LabAddrs::new(3).unwrap();
+        assert_eq!(lab.netns(), "lab-3");
+        assert_eq!(lab.bridge(), "labbr3");
+        assert_eq!(lab.tap(1), "labtap3-1");
+        assert_eq!(lab.bridge_ip(), Ipv4Addr::new(192, 168, 103, 1));
+        assert_eq!(lab.dns().to_string(), "192.168.103.1:53");
+        assert_eq!(lab.http_url(), "http://192.168.103.1:8080");
+        assert_eq!(lab.vm_ip(0), Some(Ipv4Addr::new(192, 168, 103, 10)));
+        assert_eq!(lab.vm_ip(MAX_VMS), None);
+        assert_eq!(lab.vm_mac(2), "52:54:00:6c:03:02");
+    }
+}

@@ -1,0 +1,106 @@
+//! The accelerator choice: KVM only when it really works, TCG otherwise; `LAB_ACCEL` forces either.
+
+use std::fmt;
+
+/// How QEMU runs the guest's CPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Accel {
+    /// Hardware virtualisation (`-accel kvm -cpu host`).
+    Kvm,
+    /// Emulation (`-accel tcg,tb-size=256 -cpu max`); every deadline is scaled up.
+    Tcg,
+}
+
+/// What `LAB_ACCEL` may say.
+#[derive(Debug, thiserror::Error)]
+#[error("LAB_ACCEL={0:?} is not understood: use `kvm` or `tcg` (or leave it unset to detect)")]
+pub struct BadAccel(pub String);
+
+impl Accel {
+    /// `LAB_ACCEL` if set, else what the host supports (see [`Accel::detect_from`]).
+    pub fn from_env() -> Result<Accel, BadAccel> {
+        match std::env::var("LAB_ACCEL") {
+            Ok(value) if !value.trim().is_empty() => Accel::parse(&value),
+            _ => Ok(Accel::detect()),
+        }
+    }
+
+    /// Parses `kvm` or `tcg` (any case).
+    pub fn parse(value: &str) -> Result<Accel, BadAccel> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "kvm" => Ok(Accel::Kvm),
+            "tcg" => Ok(Accel::Tcg),
+            _ => Err(BadAccel(value.to_string())),
+        }
+    }
+
+    /// Detects on this host from `/dev/kvm` and `/proc/cpuinfo`.
+    pub fn detect() -> Accel {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let kvm_usable = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/kvm")
+            .is_ok();
+        Accel::detect_from(kvm_usable, &cpuinfo)
+    }
+
+    /// KVM only when `/dev/kvm` opens read-write AND the CPU flags show `vmx` or `svm`:
+    /// on nested hosts `/dev/kvm` can exist while KVM hangs, and those show neither flag.
+    pub fn detect_from(kvm_device_opens: bool, cpuinfo: &str) -> Accel {
+        let has_virt_flag = cpuinfo
+            .lines()
+            .filter(|l| l.starts_with("flags"))
+            .flat_map(|l| l.split_once(':').map(|(_, f)| f).unwrap_or("").split_whitespace())
+            .any(|f| f == "vmx" || f == "svm");
+        if kvm_device_opens && has_virt_flag { Accel::Kvm } else { Accel::Tcg }
+    }
+
+    /// The QEMU arguments selecting this accelerator and CPU model.
+    pub fn qemu_args(self) -> [&'static str; 4] {
+        match self {
+            Accel::Kvm => ["-accel", "kvm", "-cpu", "host"],
+            Accel::Tcg => ["-accel", "tcg,tb-size=256", "-cpu", "max"],
+        }
+    }
+}
+
+impl fmt::Display for Accel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Accel::Kvm => "kvm",
+            Accel::Tcg => "tcg",
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const WITH_VMX: &str = "processor\t: 0\nflags\t\t: fpu vme de pse vmx sse\n";
+    const NO_VIRT: &str = "processor\t: 0\nflags\t\t: fpu vme de pse hypervisor sse\n";
+
+    #[test]
+    fn kvm_needs_both_the_device_and_a_virtualisation_flag() {
+        assert_eq!(Accel::detect_from(true, WITH_VMX), Accel::Kvm);
+        assert_eq!(Accel::detect_from(true, NO_VIRT), Accel::Tcg);
+        assert_eq!(Accel::detect_from(false, WITH_VMX), Accel::Tcg);
+        assert_eq!(Accel::detect_from(true, "flags : svm\n"), Accel::Kvm);
+        assert_eq!(Accel::detect_from(true, "flags : vmxfoo\n"), Accel::Tcg);
+    }
+
+    #[test]
+    fn parse_accepts_kvm_and_tcg_and_names_bad_values() {
+        assert_eq!(Accel::parse("KVM").unwrap(), Accel::Kvm);
+        assert_eq!(Accel::parse(" tcg ").unwrap(), Accel::Tcg);
+        let err = Accel::parse("hvf").unwrap_err().to_string();
+        assert!(err.contains("\"hvf\"") && err.contains("LAB_ACCEL"), "{err}");
+    }
+
+    #[test]
+    fn tcg_uses_a_bounded_translation_cache_and_cpu_max() {
+        assert_eq!(Accel::Tcg.qemu_args(), ["-accel", "tcg,tb-size=256", "-cpu", "max"]);
+        assert_eq!(Accel::Kvm.qemu_args(), ["-accel", "kvm", "-cpu", "host"]);
+    }
+}

@@ -1,0 +1,41 @@
+//! The last lines of a log file (the serial console, QEMU's stderr) for error messages.
+
+use std::path::Path;
+
+/// The last `n` lines of the file at `path` (empty when it cannot be read), with control
+/// characters other than tab removed.
+pub fn tail(path: &Path, n: usize) -> Vec<String> {
+    let Ok(bytes) = std::fs::read(path) else {
+        return Vec::new();
+    };
+    let text = String::from_utf8_lossy(&bytes);
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..]
+        .iter()
+        .map(|l| l.chars().filter(|c| !c.is_control() || *c == '\t').collect())
+        .collect()
+}
+
+/// [`tail`] as one indented block, or `(empty)`.
+pub fn tail_block(path: &Path, n: usize) -> String {
+    let lines = tail(path, n);
+    if lines.is_empty() {
+        return format!("    ({} is empty or missing)", path.display());
+    }
+    lines.iter().map(|l| format!("    {l}")).collect::<Vec<_>>().join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tail_keeps_the_last_lines_without_control_characters() {
+        let tmp = tempfile::tempdir().unwrap();
+        let log = tmp.path().join("console.log");
+        std::fs::write(&log, "one\ntwo\r\n\x1b[0mthree\n").unwrap();
+        assert_eq!(tail(&log, 2), ["two", "[0mthree"]);
+        assert_eq!(tail(&log, 10).len(), 3);
+        assert!(tail_block(&tmp.path().join("none"), 3).contains("empty or missing"));
+    }
+}

@@ -1,0 +1,449 @@
+//! [`Vm`]: one QEMU VM owned by the caller — boot, guest commands, files, reboot, reset,
+//! power-off, crash detection, and cleanup on drop.
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::accel::Accel;
+use super::console;
+use super::deadline::{Deadlines, WaitTimeout};
+use super::error::{Crash, TimedOut, VmError};
+use super::guest::{self, GuestAgent};
+use super::overlay;
+use super::process::{Events, QemuProcess};
+use super::qemu;
+use super::qga::GuestOutput;
+use super::qmp;
+use super::ready;
+use super::rundir::{RunDir, VmInfo};
+use super::spec::VmSpec;
+
+/// Lines of console shown in errors.
+const CONSOLE_LINES: usize = 30;
+
+/// A running VM. Dropping it kills QEMU's process group, checks nothing survived, and removes
+/// the overlay and run directory (unless kept); after a panic it first saves evidence.
+pub struct Vm {
+    spec: VmSpec,
+    accel: Accel,
+    deadlines: Deadlines,
+    run: RunDir,
+    events: Arc<Events>,
+    process: QemuProcess,
+    agent: GuestAgent,
+    boot_id: String,
+    boot_time: Duration,
+    /// Set while QEMU is expected to exit (power-off).
+    exit_expected: bool,
+    torn_down: bool,
+}
+
+/// A guest command being prepared: `vm.cmd("...").allow_failure().timeout(d).run()?`.
+pub struct GuestCommand<'a> {
+    vm: &'a Vm,
+    argv: Vec<String>,
+    stdin: Option<Vec<u8>>,
+    timeout: Duration,
+    allow_failure: bool,
+}
+
+impl GuestCommand<'_> {
+    /// Returns the output even when the command exits non-zero.
+    pub fn allow_failure(mut self) -> Self {
+        self.allow_failure = true;
+        self
+    }
+
+    /// Overrides the default command deadline (`Deadlines::command`).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Feeds `data` to the command's stdin.
+    pub fn stdin(mut self, data: impl Into<Vec<u8>>) -> Self {
+        self.stdin = Some(data.into());
+        self
+    }
+
+    /// Runs the command: its status, stdout and stderr; fails on a non-zero exit unless
+    /// [`GuestCommand::allow_failure`].
+    pub fn run(self) -> Result<GuestOutput, VmError> {
+        let started = Instant::now();
+        let out = self.vm.guest_call("running a guest command", |abort| {
+            self.vm.agent.exec(&self.argv, self.stdin.clone(), self.timeout, abort)
+        })?;
+        tracing::debug!(vm = self.vm.name(), argv = ?self.argv, status = %out.status,
+            took = ?started.elapsed(), "guest command");
+        if self.allow_failure {
+            Ok(out)
+        } else {
+            guest::check(self.vm.name(), &self.argv, out)
+        }
+    }
+}
+
+impl Vm {
+    /// Boots a VM: overlay, QEMU, and waits for `READY <boot_id>` and the guest agent.
+    pub fn boot(spec: VmSpec) -> Result<Vm, VmError> {
+        spec.validate().map_err(VmError::Spec)?;
+        let started = Instant::now();
+        let accel = match spec.accel {
+            Some(accel) => accel,
+            None => Accel::from_env()?,
+        };
+        let deadlines = Deadlines::from_env(accel).map_err(VmError::Spec)?;
+        let run = RunDir::new(&spec.lab, &spec.name);
+        run.prepare(&spec.lab, &spec.name)?;
+        overlay::create(&spec.image.disk, run.overlay()).map_err(|source| VmError::Overlay {
+            vm: spec.name.clone(),
+            source,
+        })?;
+        let append = qemu::kernel_append(&spec);
+        run.write_info(&VmInfo {
+            lab: spec.lab.clone(),
+            name: spec.name.clone(),
+            accel: accel.to_string(),
+            overlay: run.overlay().to_path_buf(),
+            disk: spec.image.disk.clone(),
+            kernel: spec.image.kernel.clone(),
+            initrd: spec.image.initrd.clone(),
+            netns: spec.netns.clone(),
+            append,
+        })?;
+        let mut cmd = Command::new(qemu::QEMU);
+        cmd.args(qemu::args(&spec, &run, accel));
+        let command = agent::exec::CommandLine(&cmd).to_string();
+        tracing::info!(vm = %spec.name, %accel, %command, "starting QEMU");
+        let events = Arc::new(Events::default());
+        let process = QemuProcess::spawn(cmd, spec.netns.as_deref(), &run.stderr(), Arc::clone(&events))
+            .map_err(|source| VmError::Start {
+                vm: spec.name.clone(),
+                command,
+                source,
+            })?;
+        let agent = GuestAgent::new(&spec.name, run.qga(), deadlines);
+        let mut vm = Vm {
+            spec,
+            accel,
+            deadlines,
+            run,
+            events,
+            process,
+            agent,
+            boot_id: String::new(),
+            boot_time: Duration::ZERO,
+            exit_expected: false,
+            torn_down: false,
+        };
+        ready::watch(vm.run.ready(), Arc::clone(&vm.events), &vm.spec.name).map_err(|source| VmError::Io {
+            vm: vm.spec.name.clone(),
+            what: "starting the readiness reader".into(),
+            source,
+        })?;
+        vm.wait_for_boot(0, "", "booting", vm.deadlines.boot)?;
+        vm.boot_time = started.elapsed();
+        eprintln!(
+            "==> VM {} booted in {:.1}s ({}, boot id {})",
+            vm.name(),
+            vm.boot_time.as_secs_f64(),
+            vm.accel,
+            vm.boot_id
+        );
+        Ok(vm)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+    pub fn spec(&self) -> &VmSpec {
+        &self.spec
+    }
+    pub fn accel(&self) -> Accel {
+        self.accel
+    }
+    pub fn deadlines(&self) -> &Deadlines {
+        &self.deadlines
+    }
+    pub fn run_dir(&self) -> &RunDir {
+        &self.run
+    }
+    pub fn agent(&self) -> &GuestAgent {
+        &self.agent
+    }
+    /// QEMU's pid (the leader of its process group).
+    pub fn pid(&self) -> i32 {
+        self.process.pid()
+    }
+    /// The current boot's id (`/proc/sys/kernel/random/boot_id` as the guest announced it).
+    pub fn boot_id(&self) -> &str {
+        &self.boot_id
+    }
+    /// How long the first boot took (QEMU start to a synchronised guest agent).
+    pub fn boot_time(&self) -> Duration {
+        self.boot_time
+    }
+    /// The last `n` lines of the serial console.
+    pub fn console_tail(&self, n: usize) -> Vec<String> {
+        console::tail(&self.run.console(), n)
+    }
+    /// Keep (or not) the overlay and run directory when dropped.
+    pub fn keep(&mut self, keep: bool) {
+        self.spec.keep = keep;
+    }
+
+    /// A guest shell command (`/bin/sh -c`), to configure before `.run()`.
+    pub fn cmd(&self, command: &str) -> GuestCommand<'_> {
+        self.argv(guest::shell(command))
+    }
+
+    /// A guest command given as argv (no shell).
+    pub fn argv(&self, argv: Vec<String>) -> GuestCommand<'_> {
+        assert!(!argv.is_empty(), "a guest command needs a program");
+        GuestCommand {
+            vm: self,
+            argv,
+            stdin: None,
+            timeout: self.deadlines.command,
+            allow_failure: false,
+        }
+    }
+
+    /// Runs a shell command and returns its stdout; fails on a non-zero exit with its
+    /// status, stdout and stderr.
+    pub fn run(&self, command: &str) -> Result<String, VmError> {
+        Ok(self.cmd(command).run()?.stdout_text())
+    }
+
+    /// Runs a shell command and returns its output whatever its exit status.
+    pub fn run_unchecked(&self, command: &str) -> Result<GuestOutput, VmError> {
+        self.cmd(command).allow_failure().run()
+    }
+
+    /// Copies a host file into the guest (keeping its permission bits; atomic rename).
+    pub fn copy_in(&self, host: impl AsRef<Path>, guest: &str) -> Result<(), VmError> {
+        self.guest_call("copying a file in", |abort| self.agent.copy_in(host.as_ref(), guest, abort))
+    }
+
+    /// Copies a guest file out to the host.
+    pub fn copy_out(&self, guest: &str, host: impl AsRef<Path>) -> Result<(), VmError> {
+        self.guest_call("copying a file out", |abort| self.agent.copy_out(guest, host.as_ref(), abort))
+    }
+
+    /// Writes bytes to a guest file with permission bits `mode`.
+    pub fn write_file(&self, guest: &str, data: &[u8], mode: u32) -> Result<(), VmError> {
+        self.guest_call("writing a file", |abort| self.agent.write_file(guest, data, mode, abort))
+    }
+
+    /// Reads a guest file.
+    pub fn read_file(&self, guest: &str) -> Result<Vec<u8>, VmError> {
+        self.guest_call("reading a file", |abort| self.agent.read_file(guest, abort))
+    }
+
+    /// Reboots from inside (`systemctl reboot`) and waits for `READY` with a new boot id.
+    pub fn reboot(&mut self) -> Result<(), VmError> {
+        let (before, old) = (self.events.snapshot().ready.len(), self.boot_id.clone());
+        let argv = guest::shell("systemctl reboot");
+        self.guest_call("asking the guest to reboot", |abort| self.agent.spawn_detached(&argv, abort))?;
+        self.wait_for_boot(before, &old, "rebooting from inside", self.deadlines.reboot)
+    }
+
+    /// Resets the machine (QMP `system_reset`, like the reset button) and waits for `READY`
+    /// with a new boot id.
+    pub fn reset(&mut self) -> Result<(), VmError> {
+        let (before, old) = (self.events.snapshot().ready.len(), self.boot_id.clone());
+        self.qmp(&qmp::qmp::system_reset {})?;
+        self.wait_for_boot(before, &old, "resetting (system_reset)", self.deadlines.reboot)
+    }
+
+    /// Powers off (ACPI power button over QMP `system_powerdown`; if the guest ignores it for
+    /// half the deadline, `systemctl poweroff` over the agent) and waits for QEMU to exit.
+    pub fn power_off(&mut self) -> Result<std::process::ExitStatus, VmError> {
+        self.exit_expected = true;
+        self.qmp(&qmp::qmp::system_powerdown {})?;
+        if let Some(status) = self.process.wait_exit(self.deadlines.power_off / 2) {
+            return Ok(status);
+        }
+        tracing::warn!(vm = self.name(), "the guest ignored the ACPI power button; running systemctl poweroff");
+        let _ = self.agent.spawn_detached(&guest::shell("systemctl poweroff"), &|| None);
+        self.process.wait_exit(self.deadlines.power_off / 2).ok_or_else(|| {
+            self.timeout(WaitTimeout {
+                vm: self.name().to_string(),
+                what: "QEMU to exit after system_powerdown and systemctl poweroff".into(),
+                waited: self.deadlines.power_off,
+                last_failure: "QEMU is still running".into(),
+            })
+        })
+    }
+
+    /// Runs a QMP command on this VM's monitor.
+    pub fn qmp<C: qapi::Command>(&self, command: &C) -> Result<C::Ok, VmError> {
+        if let Some(err) = self.crashed(&format!("sending QMP {}", C::NAME)) {
+            return Err(err);
+        }
+        qmp::execute(&self.run.qmp(), command, self.deadlines.agent).map_err(|source| {
+            self.crashed(&format!("sending QMP {}", C::NAME)).unwrap_or(VmError::Qmp {
+                vm: self.name().to_string(),
+                source,
+            })
+        })
+    }
+
+    /// Whether QEMU is still running.
+    pub fn is_running(&self) -> bool {
+        self.process.exit_status().is_none()
+    }
+
+    /// Retries `attempt` until it succeeds or `timeout` passes; fails at once if QEMU exits.
+    /// The error names what was awaited, this VM, how long, and the last failure.
+    pub fn wait_until<T, E: std::fmt::Display>(
+        &self,
+        timeout: Duration,
+        what: &str,
+        mut attempt: impl FnMut() -> Result<T, E>,
+    ) -> Result<T, VmError> {
+        super::deadline::wait_until(self.name(), timeout, what, || {
+            if let Some(err) = self.crashed(&format!("waiting for {what}")) {
+                return super::deadline::Attempt::Abort(err);
+            }
+            match attempt() {
+                Ok(value) => super::deadline::Attempt::Ready(value),
+                Err(err) => super::deadline::Attempt::Retry(err.to_string()),
+            }
+        })
+        .map_err(|e| self.with_console(e))
+    }
+
+    /// Stops QEMU (SIGKILL to its process group), checks that nothing survived, and removes the
+    /// overlay and run directory unless kept. Dropping the VM does the same, printing errors.
+    pub fn shutdown(mut self) -> Result<(), VmError> {
+        self.teardown()
+    }
+
+    fn teardown(&mut self) -> Result<(), VmError> {
+        if self.torn_down {
+            return Ok(());
+        }
+        self.torn_down = true;
+        self.process.kill(Duration::from_secs(30));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self.process.group_alive() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if self.process.group_alive() {
+            return Err(VmError::Survivors {
+                vm: self.name().to_string(),
+                pgid: self.process.pid(),
+            });
+        }
+        if self.spec.keep || std::env::var("LAB_KEEP").is_ok_and(|v| v == "1") {
+            eprintln!(
+                "==> kept VM {}: run directory {}, overlay {}",
+                self.name(),
+                self.run.dir().display(),
+                self.run.overlay().display()
+            );
+            return Ok(());
+        }
+        self.run.remove()?;
+        Ok(())
+    }
+
+    /// `Some(Crashed)` if QEMU exited without being asked to.
+    fn crashed(&self, doing: &str) -> Option<VmError> {
+        let status = self.process.exit_status()?;
+        if self.exit_expected {
+            return None;
+        }
+        Some(VmError::Crashed(Box::new(Crash {
+            vm: self.name().to_string(),
+            status: status.to_string(),
+            doing: doing.to_string(),
+            dir: self.run.dir().display().to_string(),
+            stderr: console::tail_block(&self.run.stderr(), 20),
+            console: console::tail_block(&self.run.console(), CONSOLE_LINES),
+        })))
+    }
+
+    /// Runs a guest agent call; a failure while QEMU is gone becomes [`VmError::Crashed`].
+    fn guest_call<T>(
+        &self,
+        doing: &str,
+        call: impl FnOnce(&dyn Fn() -> Option<VmError>) -> Result<T, VmError>,
+    ) -> Result<T, VmError> {
+        let abort = || self.crashed(doing);
+        match call(&abort) {
+            Ok(value) => Ok(value),
+            Err(err) => {
+                // Give the watcher a moment to see an exit that caused this error.
+                if self.process.wait_exit(Duration::from_millis(200)).is_some()
+                    && let Some(crash) = self.crashed(doing)
+                {
+                    return Err(crash);
+                }
+                Err(self.with_console(err))
+            }
+        }
+    }
+
+    fn timeout(&self, source: WaitTimeout) -> VmError {
+        self.with_console(source.into())
+    }
+
+    /// Fills a timeout's console tail.
+    fn with_console(&self, err: VmError) -> VmError {
+        match err {
+            VmError::Timeout(timed_out) => VmError::Timeout(Box::new(TimedOut {
+                source: timed_out.source,
+                dir: self.run.dir().display().to_string(),
+                console: console::tail_block(&self.run.console(), CONSOLE_LINES),
+            })),
+            other => other,
+        }
+    }
+
+    /// Waits for a `READY` line after index `before` whose boot id differs from `old`, then for
+    /// the guest agent; records the new boot id.
+    fn wait_for_boot(&mut self, before: usize, old: &str, doing: &str, timeout: Duration) -> Result<(), VmError> {
+        let started = Instant::now();
+        let is_new = |s: &super::process::EventState| s.ready.iter().skip(before).any(|id| id != old);
+        let state = self
+            .events
+            .wait_for(started + timeout, |s| s.exit.is_some() || is_new(s));
+        if let Some(err) = self.crashed(doing) {
+            return Err(err);
+        }
+        let Some(id) = state.ready.iter().skip(before).find(|id| *id != old) else {
+            let seen = if state.ready.len() > before {
+                format!("only the old boot id {old} was announced again")
+            } else {
+                format!("no READY line on {} since", self.run.ready().display())
+            };
+            return Err(self.timeout(WaitTimeout {
+                vm: self.name().to_string(),
+                what: format!("READY <boot_id> while {doing}"),
+                waited: started.elapsed(),
+                last_failure: seen,
+            }));
+        };
+        self.boot_id = id.clone();
+        let remaining = timeout.saturating_sub(started.elapsed()).max(self.deadlines.agent);
+        self.guest_call(doing, |abort| self.agent.session_within(remaining, abort).map(drop))?;
+        tracing::info!(vm = self.name(), boot_id = %self.boot_id, took = ?started.elapsed(), "{doing}: ready");
+        Ok(())
+    }
+}
+
+impl Drop for Vm {
+    fn drop(&mut self) {
+        if std::thread::panicking() && !self.torn_down {
+            let test = crate::evidence::current_test_name();
+            crate::evidence::collect(self, &test, "the test panicked");
+        }
+        if let Err(err) = self.teardown() {
+            eprintln!("error: tearing down VM {}: {err}", self.name());
+        }
+    }
+}
