@@ -7,7 +7,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 NEXTEST_VERSION=0.9.151
 APT_PACKAGES=(
   qemu-system-x86 qemu-utils mmdebstrap debian-archive-keyring
-  nftables conntrack iproute2 dnsutils zstd e2fsprogs fakeroot
+  nftables conntrack iproute2 dnsutils curl zstd e2fsprogs fakeroot
 )
 
 missing=()

@@ -101,7 +101,9 @@ impl TryFrom<Ipv4Addr> for UnicastIpv4 {
 impl FromStr for UnicastIpv4 {
     type Err = NameError;
     fn from_str(s: &str) -> Result<Self, NameError> {
-        let ip: Ipv4Addr = s.parse().map_err(|_| NameError(format!("{s:?} is not an IPv4 address")))?;
+        let ip: Ipv4Addr = s
+            .parse()
+            .map_err(|_| NameError(format!("{s:?} is not an IPv4 address")))?;
         UnicastIpv4::try_from(ip)
     }
 }
@@ -146,7 +148,9 @@ impl FromStr for MetricsAddress {
         let Some((ip, port)) = s.rsplit_once(':') else {
             return err(format!("{s:?} is not IPv4:port"));
         };
-        let ip: Ipv4Addr = ip.parse().map_err(|_| NameError(format!("{s:?} is not IPv4:port")))?;
+        let ip: Ipv4Addr = ip
+            .parse()
+            .map_err(|_| NameError(format!("{s:?} is not IPv4:port")))?;
         let port: u16 = port
             .parse()
             .map_err(|_| NameError(format!("{s:?}: port {port:?} is not a number in 1-65535")))?;
@@ -184,7 +188,9 @@ impl FromStr for DnsName {
             return err(format!("{s:?} is longer than 253 characters"));
         }
         for label in s.split('.') {
-            let ok_chars = label.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+            let ok_chars = label
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
             let ok_ends = label.starts_with(|c: char| c.is_ascii_alphanumeric())
                 && label.ends_with(|c: char| c.is_ascii_alphanumeric());
             if label.is_empty() || label.len() > 63 || !ok_chars || !ok_ends {
@@ -211,8 +217,16 @@ pub struct PluginName(String);
 
 impl PluginName {
     /// Plugins the built-in Corefile uses; always required.
-    pub const BASELINE: [&'static str; 8] =
-        ["bind", "cache", "errors", "forward", "loop", "prometheus", "ready", "whoami"];
+    pub const BASELINE: [&'static str; 8] = [
+        "bind",
+        "cache",
+        "errors",
+        "forward",
+        "loop",
+        "prometheus",
+        "ready",
+        "whoami",
+    ];
 
     /// Normalises (trim, lowercase) and checks a plugin name.
     pub fn normalise(s: &str) -> Result<Self, NameError> {
@@ -223,7 +237,9 @@ impl PluginName {
         if first_ok && rest_ok {
             Ok(PluginName(n))
         } else {
-            err(format!("{s:?} is not a plugin name (^[a-z][a-z0-9_-]*$ after trimming and lowercasing)"))
+            err(format!(
+                "{s:?} is not a plugin name (^[a-z][a-z0-9_-]*$ after trimming and lowercasing)"
+            ))
         }
     }
 
@@ -258,7 +274,9 @@ impl FromStr for UnitPath {
         }
         let bad = |c: char| !c.is_ascii_graphic() || "\"'%$\\;`".contains(c);
         if let Some(c) = s.chars().find(|&c| bad(c)) {
-            return err(format!("{s:?} contains {c:?}, which is not allowed in a unit file path"));
+            return err(format!(
+                "{s:?} contains {c:?}, which is not allowed in a unit file path"
+            ));
         }
         if s.split('/').any(|part| part == "..") {
             return err(format!("{s:?} contains a \"..\" component"));
@@ -293,9 +311,12 @@ impl FromStr for Version {
         let t = t.strip_prefix('v').unwrap_or(t);
         let (core, suffix) = t.split_once('-').unwrap_or((t, ""));
         let parts: Vec<&str> = core.split('.').collect();
-        let core_ok = parts.len() == 3 && parts.iter().all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+        let core_ok = parts.len() == 3
+            && parts
+                .iter()
+                .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
         let suffix_ok = suffix.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.');
-        if core_ok && suffix_ok && (suffix.is_empty() == !t.contains('-')) {
+        if core_ok && suffix_ok && (suffix.is_empty() != t.contains('-')) {
             Ok(Version(t.to_owned()))
         } else {
             err(format!("{s:?} is not a version (X.Y.Z or vX.Y.Z)"))
@@ -359,7 +380,10 @@ mod tests {
     #[case("ca che", None)]
     #[case("", None)]
     fn plugin_names_are_trimmed_lowercased_and_checked(#[case] input: &str, #[case] want: Option<&str>) {
-        assert_eq!(PluginName::normalise(input).ok().as_ref().map(PluginName::as_str), want);
+        assert_eq!(
+            PluginName::normalise(input).ok().as_ref().map(PluginName::as_str),
+            want
+        );
     }
 
     #[rstest]

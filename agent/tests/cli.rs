@@ -36,7 +36,14 @@ fn snapshot(root: &Path) -> Vec<(String, Vec<u8>)> {
             if ty.is_dir() {
                 stack.push(e.path());
             } else if ty.is_symlink() {
-                out.push((rel, std::fs::read_link(e.path()).unwrap().display().to_string().into_bytes()));
+                out.push((
+                    rel,
+                    std::fs::read_link(e.path())
+                        .unwrap()
+                        .display()
+                        .to_string()
+                        .into_bytes(),
+                ));
             } else {
                 out.push((rel, std::fs::read(e.path()).unwrap()));
             }
@@ -60,7 +67,8 @@ fn validate_exits_2_with_one_line_per_problem() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("bad.json");
     let mut c = case("defaults")["config"].clone();
-    c["LocalDNS"] = serde_json::json!({"Enabled": true, "NodeListenerIP": "127.0.0.1", "MemoryLimitInMB": 0, "Typo": 1});
+    c["LocalDNS"] =
+        serde_json::json!({"Enabled": true, "NodeListenerIP": "127.0.0.1", "MemoryLimitInMB": 0, "Typo": 1});
     std::fs::write(&config, c.to_string()).unwrap();
     let out = agent(&["validate", "--config", config.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
@@ -89,7 +97,15 @@ fn render_twice_gives_identical_trees_matching_the_expected_files() {
     let (config, resolv) = case_files(dir.path(), "defaults");
     let (a, b) = (dir.path().join("a"), dir.path().join("b"));
     for root in [&a, &b] {
-        let out = agent(&["render", "--config", &config, "--root", root.to_str().unwrap(), "--host-resolv-conf", &resolv]);
+        let out = agent(&[
+            "render",
+            "--config",
+            &config,
+            "--root",
+            root.to_str().unwrap(),
+            "--host-resolv-conf",
+            &resolv,
+        ]);
         assert_eq!(out.status.code(), Some(0), "{out:?}");
     }
     let (sa, sb) = (snapshot(&a), snapshot(&b));
@@ -101,7 +117,10 @@ fn render_twice_gives_identical_trees_matching_the_expected_files() {
     )
     .unwrap();
     assert_eq!(corefile, expected);
-    let link = std::fs::read_link(a.join("var/lib/machines/kube1/etc/systemd/system/multi-user.target.wants/localdns.service")).unwrap();
+    let link = std::fs::read_link(
+        a.join("var/lib/machines/kube1/etc/systemd/system/multi-user.target.wants/localdns.service"),
+    )
+    .unwrap();
     assert_eq!(link, Path::new("/etc/systemd/system/localdns.service"));
 }
 
@@ -110,11 +129,27 @@ fn render_for_kube2_writes_under_its_machine_directory() {
     let dir = tempfile::tempdir().unwrap();
     let (config, resolv) = case_files(dir.path(), "defaults");
     let root = dir.path().join("root");
-    let out = agent(&["render", "--config", &config, "--root", root.to_str().unwrap(), "--host-resolv-conf", &resolv, "--machine", "kube2"]);
+    let out = agent(&[
+        "render",
+        "--config",
+        &config,
+        "--root",
+        root.to_str().unwrap(),
+        "--host-resolv-conf",
+        &resolv,
+        "--machine",
+        "kube2",
+    ]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    assert!(root.join("var/lib/machines/kube2/etc/unbounded/localdns/Corefile").is_file());
+    assert!(
+        root.join("var/lib/machines/kube2/etc/unbounded/localdns/Corefile")
+            .is_file()
+    );
     assert!(!root.join("var/lib/machines/kube1").exists());
-    assert!(root.join("etc/systemd/system/systemd-nspawn@kube2.service.d/10-localdns.conf").is_file());
+    assert!(
+        root.join("etc/systemd/system/systemd-nspawn@kube2.service.d/10-localdns.conf")
+            .is_file()
+    );
 }
 
 #[test]
@@ -122,10 +157,21 @@ fn render_without_host_facts_reports_the_missing_fact_and_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let (config, resolv) = case_files(dir.path(), "resolved-host");
     let root = dir.path().join("root");
-    let out = agent(&["render", "--config", &config, "--root", root.to_str().unwrap(), "--host-resolv-conf", &resolv]);
+    let out = agent(&[
+        "render",
+        "--config",
+        &config,
+        "--root",
+        root.to_str().unwrap(),
+        "--host-resolv-conf",
+        &resolv,
+    ]);
     assert_ne!(out.status.code(), Some(0));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("host fact `resolvectl_domain` is missing"), "{stderr}");
+    assert!(
+        stderr.contains("host fact `resolvectl_domain` is missing"),
+        "{stderr}"
+    );
     assert!(!root.exists(), "nothing may be written on error");
 }
 
@@ -137,11 +183,20 @@ fn render_with_host_facts_takes_upstreams_from_resolved() {
     std::fs::write(&facts, case("resolved-host")["host_facts"].to_string()).unwrap();
     let root = dir.path().join("root");
     let out = agent(&[
-        "render", "--config", &config, "--root", root.to_str().unwrap(), "--host-resolv-conf", &resolv,
-        "--host-facts", facts.to_str().unwrap(),
+        "render",
+        "--config",
+        &config,
+        "--root",
+        root.to_str().unwrap(),
+        "--host-resolv-conf",
+        &resolv,
+        "--host-facts",
+        facts.to_str().unwrap(),
     ]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    let ups = std::fs::read_to_string(root.join("var/lib/machines/kube1/etc/unbounded/localdns/node-upstreams")).unwrap();
+    let ups =
+        std::fs::read_to_string(root.join("var/lib/machines/kube1/etc/unbounded/localdns/node-upstreams"))
+            .unwrap();
     assert_eq!(ups, "192.168.100.1\n192.168.100.2\n");
 }
 
@@ -150,7 +205,8 @@ fn preflight_reports_json_with_the_localdns_config_check() {
     let dir = tempfile::tempdir().unwrap();
     let (config, _) = case_files(dir.path(), "defaults");
     let out = agent(&["preflight", "--config", &config, "--output", "json"]);
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    let report: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
     let first = &report["checks"][0];
     assert_eq!(first["name"], "localdns-config");
     assert_eq!(first["severity"], "ok");
@@ -169,7 +225,19 @@ fn preflight_fails_on_an_invalid_config_with_one_finding_per_problem() {
     let out = agent(&["preflight", "--config", config.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(text.lines().filter(|l| l.starts_with("error   localdns-config")).count(), 2, "{text}");
-    let ignored = agent(&["preflight", "--config", config.to_str().unwrap(), "--ignore", "localdns-config"]);
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.starts_with("error   localdns-config"))
+            .count(),
+        2,
+        "{text}"
+    );
+    let ignored = agent(&[
+        "preflight",
+        "--config",
+        config.to_str().unwrap(),
+        "--ignore",
+        "localdns-config",
+    ]);
     assert_eq!(ignored.status.code(), Some(0), "{ignored:?}");
 }

@@ -18,14 +18,20 @@ fn script(notrack_replies: bool) -> String {
         "LocalDNS": {"Enabled": true, "NOTRACKReplies": notrack_replies},
     });
     let config = agent::validate::parse_value(config).unwrap();
-    let facts = HostFacts { host_resolv_conf: "nameserver 10.0.0.2\n".into(), optional: OptionalFacts::default() };
+    let facts = HostFacts {
+        host_resolv_conf: "nameserver 10.0.0.2\n".into(),
+        optional: OptionalFacts::default(),
+    };
     let goal = agent::goal::resolve(&config, &facts, Slot::Kube1).unwrap();
     agent::render::host::nft_script(goal.local_dns.as_ref().unwrap())
 }
 
 fn require_nft() {
     let found = exec::run(Command::new("nft").arg("--version"));
-    assert!(found.is_ok(), "`nft` is required for this test: install it with `apt-get install nftables` ({found:?})");
+    assert!(
+        found.is_ok(),
+        "`nft` is required for this test: install it with `apt-get install nftables` ({found:?})"
+    );
 }
 
 fn write(script: &str) -> tempfile::NamedTempFile {
@@ -57,8 +63,17 @@ fn script_applies_twice_in_a_fresh_netns_and_lists_as_rendered() {
         "-c",
         &format!("nft -f {path} && nft -f {path} && nft list table ip unbounded_localdns"),
     ]))
-    .unwrap_or_else(|e| panic!("applying in a fresh network namespace failed (needs root for `unshare --net`): {e}"));
+    .unwrap_or_else(|e| {
+        panic!("applying in a fresh network namespace failed (needs root for `unshare --net`): {e}")
+    });
     let table_part = &text[text.rfind("table ip unbounded_localdns {").unwrap()..];
-    assert_eq!(out, table_part, "nft lists the table differently from the rendered script");
-    assert_eq!(out.matches("notrack comment \"unbounded-localdns: skip conntrack\"").count(), 12);
+    assert_eq!(
+        out, table_part,
+        "nft lists the table differently from the rendered script"
+    );
+    assert_eq!(
+        out.matches("notrack comment \"unbounded-localdns: skip conntrack\"")
+            .count(),
+        12
+    );
 }

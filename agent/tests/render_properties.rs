@@ -13,7 +13,9 @@ use serde_json::json;
 const CA: &str = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUJmYWtlCi0tLS0tRU5EIENFUlRJRklDQVRFLS0tLS0K";
 
 fn unicast() -> impl Strategy<Value = Ipv4Addr> {
-    any::<u32>().prop_map(Ipv4Addr::from).prop_filter("unicast", |ip| UnicastIpv4::try_from(*ip).is_ok())
+    any::<u32>()
+        .prop_map(Ipv4Addr::from)
+        .prop_filter("unicast", |ip| UnicastIpv4::try_from(*ip).is_ok())
 }
 
 #[derive(Debug, Clone)]
@@ -34,7 +36,13 @@ struct Input {
 
 fn input() -> impl Strategy<Value = Input> {
     (
-        (unicast(), unicast(), unicast(), prop::collection::vec(unicast(), 1..5), unicast()),
+        (
+            unicast(),
+            unicast(),
+            unicast(),
+            prop::collection::vec(unicast(), 1..5),
+            unicast(),
+        ),
         prop::option::of((unicast(), 1u16..)),
         (1i64..=10_000_000, 1i64..=1_000_000),
         prop::sample::subsequence(vec!["rewrite", "hosts", "cache", "log", "k8s_external"], 0..=5),
@@ -42,20 +50,30 @@ fn input() -> impl Strategy<Value = Input> {
         prop::sample::select(vec![Slot::Kube1, Slot::Kube2]),
         prop::sample::select(vec!["", " ", "\t", " \t "]),
     )
-        .prop_map(|((node, cluster, cluster_dns, nameservers, node_ip), metrics, (cpu, memory), plugins, notrack_replies, slot, indent)| Input {
-            node,
-            cluster,
-            cluster_dns,
-            nameservers,
-            node_ip,
-            metrics,
-            cpu,
-            memory,
-            plugins,
-            notrack_replies,
-            slot,
-            indent,
-        })
+        .prop_map(
+            |(
+                (node, cluster, cluster_dns, nameservers, node_ip),
+                metrics,
+                (cpu, memory),
+                plugins,
+                notrack_replies,
+                slot,
+                indent,
+            )| Input {
+                node,
+                cluster,
+                cluster_dns,
+                nameservers,
+                node_ip,
+                metrics,
+                cpu,
+                memory,
+                plugins,
+                notrack_replies,
+                slot,
+                indent,
+            },
+        )
 }
 
 fn config(i: &Input, template: Option<&str>) -> serde_json::Value {
@@ -83,13 +101,25 @@ fn config(i: &Input, template: Option<&str>) -> serde_json::Value {
 }
 
 fn resolv_conf(i: &Input) -> String {
-    i.nameservers.iter().map(|ip| format!("{}nameserver{}{ip}\n", i.indent, if i.indent.is_empty() { " " } else { i.indent })).collect()
+    i.nameservers
+        .iter()
+        .map(|ip| {
+            format!(
+                "{}nameserver{}{ip}\n",
+                i.indent,
+                if i.indent.is_empty() { " " } else { i.indent }
+            )
+        })
+        .collect()
 }
 
 /// Validates and resolves; `None` when the generated input is legitimately refused.
 fn goal(i: &Input, template: Option<&str>) -> Option<agent::goal::Goal> {
     let config = agent::validate::parse_value(config(i, template)).ok()?;
-    let facts = HostFacts { host_resolv_conf: resolv_conf(i), optional: OptionalFacts::default() };
+    let facts = HostFacts {
+        host_resolv_conf: resolv_conf(i),
+        optional: OptionalFacts::default(),
+    };
     agent::goal::resolve(&config, &facts, i.slot).ok()
 }
 

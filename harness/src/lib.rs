@@ -3,7 +3,9 @@
 
 pub mod cache;
 pub mod evidence;
+pub mod guest_tests;
 pub mod images;
 pub mod lab;
+pub mod node_config;
 pub mod progress;
 pub mod vm;

@@ -11,10 +11,9 @@ cp -a --no-preserve=ownership "$here/overlay/." "$root/"
 chown -R 0:0 "$root/etc/systemd/system" "$root/usr/local/libexec"
 mkdir -p "$root/mnt/lab"
 
-# Each VM gets its own machine id at first boot; no prompts from systemd-firstboot.
-printf 'uninitialized\n' >"$root/etc/machine-id"
-rm -f "$root/var/lib/dbus/machine-id"
-ln -sf /etc/machine-id "$root/var/lib/dbus/machine-id"
+# /etc/machine-id: mmdebstrap leaves it empty after the hooks (machine-id(5):
+# an image used on many machines ships an empty file), so each VM generates
+# its own id at first boot and saves it; systemd-firstboot is masked below.
 ln -sf /usr/share/zoneinfo/Etc/UTC "$root/etc/localtime"
 echo "Etc/UTC" >"$root/etc/timezone"
 

@@ -7,10 +7,9 @@ set -eu
 
 root="$1"
 
-# Each machine gets its own id when it first starts; no first-boot prompts.
-printf 'uninitialized\n' >"$root/etc/machine-id"
-rm -f "$root/var/lib/dbus/machine-id"
-ln -sf /etc/machine-id "$root/var/lib/dbus/machine-id"
+# /etc/machine-id: mmdebstrap leaves it empty after the hooks (machine-id(5):
+# an image used on many machines ships an empty file), so each machine generates
+# its own id at first boot and saves it; systemd-firstboot is masked below.
 ln -sf /usr/share/zoneinfo/Etc/UTC "$root/etc/localtime"
 echo "Etc/UTC" >"$root/etc/timezone"
 

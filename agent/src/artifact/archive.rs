@@ -14,10 +14,17 @@ use tar::EntryType;
 
 /// Copies the archive's single member `member` into `out`; returns its size.
 /// The error text says which member was refused and why.
-pub fn extract_single_member(archive: &Path, member: &str, out: &mut dyn Write, max_bytes: u64) -> Result<u64, String> {
+pub fn extract_single_member(
+    archive: &Path,
+    member: &str,
+    out: &mut dyn Write,
+    max_bytes: u64,
+) -> Result<u64, String> {
     let file = File::open(archive).map_err(|e| format!("cannot open it: {e}"))?;
     let mut tar = tar::Archive::new(GzDecoder::new(file));
-    let entries = tar.entries().map_err(|e| format!("not a gzip-compressed tar archive: {e}"))?;
+    let entries = tar
+        .entries()
+        .map_err(|e| format!("not a gzip-compressed tar archive: {e}"))?;
     let mut extracted: Option<(String, u64)> = None;
     for entry in entries {
         let mut entry = entry.map_err(|e| format!("not a readable gzip-compressed tar archive: {e}"))?;
@@ -29,9 +36,14 @@ pub fn extract_single_member(archive: &Path, member: &str, out: &mut dyn Write, 
         }
         check_name(&name, member)?;
         check_type(&name, entry.header().entry_type())?;
-        let size = entry.header().size().map_err(|e| format!("member {name:?} has a bad size: {e}"))?;
+        let size = entry
+            .header()
+            .size()
+            .map_err(|e| format!("member {name:?} has a bad size: {e}"))?;
         if size > max_bytes {
-            return Err(format!("member {name:?} is {size} bytes, more than the limit of {max_bytes}"));
+            return Err(format!(
+                "member {name:?} is {size} bytes, more than the limit of {max_bytes}"
+            ));
         }
         let copied = io::copy(&mut (&mut entry).take(max_bytes + 1), out)
             .map_err(|e| format!("member {name:?} could not be read: {e}"))?;
@@ -42,7 +54,9 @@ pub fn extract_single_member(archive: &Path, member: &str, out: &mut dyn Write, 
     }
     match extracted {
         Some((_, size)) => Ok(size),
-        None => Err(format!("it holds no member; expected one regular file {member:?}")),
+        None => Err(format!(
+            "it holds no member; expected one regular file {member:?}"
+        )),
     }
 }
 
@@ -54,7 +68,9 @@ fn check_name(name: &str, member: &str) -> Result<(), String> {
         return Err(format!("member {name:?} climbs out of the archive (\"..\")"));
     }
     if name != member && name != format!("./{member}") {
-        return Err(format!("member {name:?} is not the single top-level file {member:?}"));
+        return Err(format!(
+            "member {name:?} is not the single top-level file {member:?}"
+        ));
     }
     Ok(())
 }
@@ -81,7 +97,8 @@ mod tests {
 
     fn tarball(dir: &Path, build: impl FnOnce(&mut tar::Builder<GzEncoder<File>>)) -> std::path::PathBuf {
         let path = dir.join("a.tgz");
-        let mut builder = tar::Builder::new(GzEncoder::new(File::create(&path).unwrap(), Compression::fast()));
+        let mut builder =
+            tar::Builder::new(GzEncoder::new(File::create(&path).unwrap(), Compression::fast()));
         build(&mut builder);
         builder.into_inner().unwrap().finish().unwrap();
         path
@@ -112,7 +129,10 @@ mod tests {
     fn single_regular_member_is_extracted() {
         let dir = tempfile::tempdir().unwrap();
         for name in ["coredns", "./coredns"] {
-            let path = tarball(dir.path(), |b| b.append(&header(name, EntryType::Regular, 3), &b"abc"[..]).unwrap());
+            let path = tarball(dir.path(), |b| {
+                b.append(&header(name, EntryType::Regular, 3), &b"abc"[..])
+                    .unwrap()
+            });
             assert_eq!(extract(&path).unwrap(), b"abc");
         }
     }
@@ -131,7 +151,8 @@ mod tests {
         for (name, kind, reason) in cases {
             let size = if kind == EntryType::Regular { 3 } else { 0 };
             let path = tarball(dir.path(), |b| {
-                b.append(&header(name, kind, size), &b"abc"[..size as usize]).unwrap()
+                b.append(&header(name, kind, size), &b"abc"[..size as usize])
+                    .unwrap()
             });
             let err = extract(&path).unwrap_err();
             assert!(err.contains(reason) && err.contains(name), "{name}: {err}");
@@ -142,19 +163,28 @@ mod tests {
     fn extra_member_empty_archive_and_oversize_are_refused() {
         let dir = tempfile::tempdir().unwrap();
         let two = tarball(dir.path(), |b| {
-            b.append(&header("coredns", EntryType::Regular, 1), &b"a"[..]).unwrap();
-            b.append(&header("README", EntryType::Regular, 1), &b"b"[..]).unwrap();
+            b.append(&header("coredns", EntryType::Regular, 1), &b"a"[..])
+                .unwrap();
+            b.append(&header("README", EntryType::Regular, 1), &b"b"[..])
+                .unwrap();
         });
-        assert!(extract(&two).unwrap_err().contains("more than one member (\"coredns\" and \"README\")"));
+        assert!(
+            extract(&two)
+                .unwrap_err()
+                .contains("more than one member (\"coredns\" and \"README\")")
+        );
         let twice = tarball(dir.path(), |b| {
-            b.append(&header("coredns", EntryType::Regular, 1), &b"a"[..]).unwrap();
-            b.append(&header("./coredns", EntryType::Regular, 1), &b"b"[..]).unwrap();
+            b.append(&header("coredns", EntryType::Regular, 1), &b"a"[..])
+                .unwrap();
+            b.append(&header("./coredns", EntryType::Regular, 1), &b"b"[..])
+                .unwrap();
         });
         assert!(extract(&twice).unwrap_err().contains("more than one member"));
         let empty = tarball(dir.path(), |_| {});
         assert!(extract(&empty).unwrap_err().contains("holds no member"));
         let big = tarball(dir.path(), |b| {
-            b.append(&header("coredns", EntryType::Regular, 2000), &[0u8; 2000][..]).unwrap()
+            b.append(&header("coredns", EntryType::Regular, 2000), &[0u8; 2000][..])
+                .unwrap()
         });
         assert!(extract(&big).unwrap_err().contains("more than the limit of 1024"));
     }
@@ -164,6 +194,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("plain");
         std::fs::write(&path, b"#!/bin/sh\n").unwrap();
-        assert!(extract(&path).unwrap_err().contains("gzip"), "{:?}", extract(&path));
+        assert!(
+            extract(&path).unwrap_err().contains("gzip"),
+            "{:?}",
+            extract(&path)
+        );
     }
 }

@@ -10,8 +10,9 @@ use sha2::{Digest, Sha256};
 /// The digest a sidecar announces for `file_name`, lower-case.
 ///
 /// Accepts one bare hex digest, or `sha256sum` lines (`<hex>  <name>`,
-/// `<hex> *<name>`); with several lines, the one naming `file_name` counts.
-/// A line naming another file is refused rather than trusted.
+/// `<hex> *<name>`). A single line is the digest whatever name it gives (a
+/// mirror may rename the file; the digest still has to match); with several
+/// lines, the one naming `file_name` counts.
 pub fn parse_sidecar(text: &str, file_name: Option<&str>) -> Result<String, String> {
     let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
     if lines.is_empty() {
@@ -27,7 +28,7 @@ pub fn parse_sidecar(text: &str, file_name: Option<&str>) -> Result<String, Stri
         }
         named.push((hex.to_ascii_lowercase(), name.filter(|n| !n.is_empty())));
     }
-    if let [(hex, None)] = named.as_slice() {
+    if let [(hex, _)] = named.as_slice() {
         return Ok(hex.clone());
     }
     let wanted = file_name.unwrap_or_default();
@@ -71,7 +72,10 @@ mod tests {
     #[test]
     fn sha256sum_style_line_is_accepted_for_its_file() {
         let text = format!("{HEX}  coredns_1.15.0_linux_amd64.tgz\n");
-        assert_eq!(parse_sidecar(&text, Some("coredns_1.15.0_linux_amd64.tgz")).unwrap(), HEX);
+        assert_eq!(
+            parse_sidecar(&text, Some("coredns_1.15.0_linux_amd64.tgz")).unwrap(),
+            HEX
+        );
         let binary_mode = format!("{HEX} *coredns\n");
         assert_eq!(parse_sidecar(&binary_mode, Some("coredns")).unwrap(), HEX);
     }
@@ -82,9 +86,18 @@ mod tests {
     }
 
     #[test]
-    fn a_line_for_another_file_is_refused() {
-        let err = parse_sidecar(&format!("{HEX}  other.tgz"), Some("coredns.tgz")).unwrap_err();
-        assert!(err.contains("other.tgz") && err.contains("coredns.tgz"), "{err}");
+    fn a_single_line_is_the_digest_even_for_a_renamed_file() {
+        assert_eq!(
+            parse_sidecar(&format!("{HEX}  other.tgz"), Some("coredns.tgz")).unwrap(),
+            HEX
+        );
+    }
+
+    #[test]
+    fn several_lines_none_naming_the_file_are_refused() {
+        let text = format!("{HEX}  a.tgz\n{HEX}  b.tgz\n");
+        let err = parse_sidecar(&text, Some("coredns.tgz")).unwrap_err();
+        assert!(err.contains("a.tgz") && err.contains("coredns.tgz"), "{err}");
     }
 
     #[test]
@@ -97,7 +110,11 @@ mod tests {
     #[test]
     fn empty_and_non_hex_sidecars_are_refused() {
         assert_eq!(parse_sidecar(" \n", None).unwrap_err(), "it is empty");
-        assert!(parse_sidecar("<html>404</html>", None).unwrap_err().contains("64-digit hex"));
+        assert!(
+            parse_sidecar("<html>404</html>", None)
+                .unwrap_err()
+                .contains("64-digit hex")
+        );
         assert!(parse_sidecar(&HEX[..63], None).is_err());
     }
 

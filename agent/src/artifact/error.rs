@@ -18,13 +18,22 @@ pub enum ArtifactError {
     HttpStatus { url: String, status: u16, attempts: u32 },
     /// The request failed below HTTP (connect, TLS, timeout, reset).
     #[error("GET {url}: {reason} (after {attempts} attempt{s})", s = plural(*attempts))]
-    Transport { url: String, reason: String, attempts: u32 },
+    Transport {
+        url: String,
+        reason: String,
+        attempts: u32,
+    },
     /// The body ended before its announced length.
     #[error(
         "GET {url}: truncated download, got {got} of {expected} bytes (after {attempts} attempt{s})",
         s = plural(*attempts)
     )]
-    Truncated { url: String, got: u64, expected: u64, attempts: u32 },
+    Truncated {
+        url: String,
+        got: u64,
+        expected: u64,
+        attempts: u32,
+    },
     /// More bytes than the limit for this kind of file.
     #[error("{what} is larger than the limit of {limit} bytes")]
     TooLarge { what: String, limit: u64 },
@@ -36,7 +45,11 @@ pub enum ArtifactError {
     BadSidecar { sidecar: String, reason: String },
     /// The payload's SHA-256 differs from the sidecar's.
     #[error("checksum mismatch for {source_name}: expected sha256 {expected}, got {actual}")]
-    ChecksumMismatch { source_name: String, expected: String, actual: String },
+    ChecksumMismatch {
+        source_name: String,
+        expected: String,
+        actual: String,
+    },
     /// The archive is not exactly one regular file with the expected name.
     #[error("archive {archive} refused: {reason}")]
     Archive { archive: String, reason: String },

@@ -104,7 +104,8 @@ impl Fetcher {
                     return Err(too_large(location, limit));
                 }
                 sink.restart().map_err(io_err("write download of", path))?;
-                let copied = io::copy(&mut (&mut file).take(limit + 1), sink).map_err(io_err("read", path))?;
+                let copied =
+                    io::copy(&mut (&mut file).take(limit + 1), sink).map_err(io_err("read", path))?;
                 if copied > limit {
                     return Err(too_large(location, limit));
                 }
@@ -160,7 +161,14 @@ impl Fetcher {
         }
     }
 
-    fn attempt(&self, client: &Client, url: &str, sink: &mut dyn Restart, limit: u64, attempts: u32) -> Attempt {
+    fn attempt(
+        &self,
+        client: &Client,
+        url: &str,
+        sink: &mut dyn Restart,
+        limit: u64,
+        attempts: u32,
+    ) -> Attempt {
         let transport = |reason: String| ArtifactError::Transport {
             url: url.to_string(),
             reason,
@@ -178,7 +186,11 @@ impl Fetcher {
                 attempts,
             };
             let transient = status.is_server_error() || matches!(status.as_u16(), 408 | 429);
-            return if transient { Attempt::Retry(err) } else { Attempt::Fail(err) };
+            return if transient {
+                Attempt::Retry(err)
+            } else {
+                Attempt::Fail(err)
+            };
         }
         let expected = response.content_length();
         if expected.is_some_and(|n| n > limit) {

@@ -76,13 +76,11 @@ impl Staging {
 
     /// Renames the sealed file over the destination and syncs the directory.
     pub fn commit(mut self, sealed: TempPath) -> Result<PathBuf, ArtifactError> {
-        sealed
-            .persist(&self.dest)
-            .map_err(|e| ArtifactError::Io {
-                action: "rename into place",
-                path: self.dest.clone(),
-                source: e.error,
-            })?;
+        sealed.persist(&self.dest).map_err(|e| ArtifactError::Io {
+            action: "rename into place",
+            path: self.dest.clone(),
+            source: e.error,
+        })?;
         self.committed = true;
         File::open(&self.dir)
             .and_then(|d| d.sync_all())

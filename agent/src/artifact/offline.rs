@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::source::{ArtifactSpec, Expected, Location, Resolved, normalize_version};
 use super::ArtifactError;
+use super::source::{ArtifactSpec, Expected, Location, Resolved, normalize_version};
 
 /// The bundle's `manifest.json`.
 #[derive(Debug, Default, serde::Deserialize, serde::Serialize)]
@@ -36,7 +36,8 @@ pub fn read_manifest(bundle: &Path) -> Result<Manifest, ArtifactError> {
         reason,
     };
     let path = bundle.join("manifest.json");
-    let text = std::fs::read_to_string(&path).map_err(|e| offline(format!("cannot read manifest.json: {e}")))?;
+    let text =
+        std::fs::read_to_string(&path).map_err(|e| offline(format!("cannot read manifest.json: {e}")))?;
     serde_json::from_str(&text).map_err(|e| offline(format!("manifest.json is not a valid manifest: {e}")))
 }
 
@@ -106,29 +107,45 @@ mod tests {
         let dir = bundle(r#"{"versions":{"coredns":"v1.15.0"}}"#, true);
         let r = resolve_offline(&COREDNS, dir.path(), None, "amd64").unwrap();
         assert_eq!(r.version, "1.15.0");
-        assert_eq!(r.location, Location::File(dir.path().join("coredns/v1.15.0/bin/linux/amd64/coredns")));
+        assert_eq!(
+            r.location,
+            Location::File(dir.path().join("coredns/v1.15.0/bin/linux/amd64/coredns"))
+        );
         assert_eq!(r.bundle.as_deref(), Some(dir.path()));
     }
 
     #[test]
     fn missing_version_missing_binary_and_mismatch_are_errors() {
         let dir = bundle(r#"{"versions":{"kubernetes":"1.35.0"}}"#, true);
-        let err = resolve_offline(&COREDNS, dir.path(), None, "amd64").unwrap_err().to_string();
+        let err = resolve_offline(&COREDNS, dir.path(), None, "amd64")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("no versions.coredns"), "{err}");
         let dir = bundle(r#"{"versions":{"coredns":"1.15.0"}}"#, false);
-        let err = resolve_offline(&COREDNS, dir.path(), None, "amd64").unwrap_err().to_string();
-        assert!(err.contains("coredns/v1.15.0/bin/linux/amd64/coredns is not a file"), "{err}");
+        let err = resolve_offline(&COREDNS, dir.path(), None, "amd64")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("coredns/v1.15.0/bin/linux/amd64/coredns is not a file"),
+            "{err}"
+        );
         let dir = bundle(r#"{"versions":{"coredns":"1.15.0"}}"#, true);
-        let err = resolve_offline(&COREDNS, dir.path(), Some("1.14.7"), "amd64").unwrap_err().to_string();
+        let err = resolve_offline(&COREDNS, dir.path(), Some("1.14.7"), "amd64")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("1.14.7 is configured"), "{err}");
-        let err = resolve_offline(&COREDNS, dir.path(), None, "arm64").unwrap_err().to_string();
+        let err = resolve_offline(&COREDNS, dir.path(), None, "arm64")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("for arm64 is missing"), "{err}");
     }
 
     #[test]
     fn missing_manifest_and_http_bundles_are_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let err = resolve_offline(&COREDNS, dir.path(), None, "amd64").unwrap_err().to_string();
+        let err = resolve_offline(&COREDNS, dir.path(), None, "amd64")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("cannot read manifest.json"), "{err}");
         assert!(bundle_dir("http://h/bundle").is_err());
         assert_eq!(bundle_dir("file:///srv/b").unwrap(), PathBuf::from("/srv/b"));

@@ -30,12 +30,17 @@ pub fn required_plugins(configured: &[String]) -> Vec<String> {
 pub fn parse_plugin_list(output: &str) -> BTreeSet<String> {
     let lines = output.lines().map(str::trim);
     if output.lines().any(|line| line.trim().starts_with("dns.")) {
-        return lines.filter_map(|line| line.strip_prefix("dns.")).map(str::to_string).collect();
+        return lines
+            .filter_map(|line| line.strip_prefix("dns."))
+            .map(str::to_string)
+            .collect();
     }
     lines
         .filter(|line| {
             line.starts_with(|c: char| c.is_ascii_lowercase())
-                && line.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '-'))
+                && line
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '-'))
         })
         .map(str::to_string)
         .collect()
@@ -52,7 +57,9 @@ pub fn check_required_plugins(binary: &Path, required: &[String]) -> Result<(), 
         });
     }
     match required.iter().find(|p| !listed.contains(p.as_str())) {
-        Some(plugin) => Err(ArtifactError::MissingPlugin { plugin: plugin.clone() }),
+        Some(plugin) => Err(ArtifactError::MissingPlugin {
+            plugin: plugin.clone(),
+        }),
         None => Ok(()),
     }
 }

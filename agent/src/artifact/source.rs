@@ -66,7 +66,10 @@ pub const KUBELET: ArtifactSpec = ArtifactSpec {
 };
 
 /// kubectl, laid out like kubelet.
-pub const KUBECTL: ArtifactSpec = ArtifactSpec { name: "kubectl", ..KUBELET };
+pub const KUBECTL: ArtifactSpec = ArtifactSpec {
+    name: "kubectl",
+    ..KUBELET
+};
 
 impl ArtifactSpec {
     /// The path below the base address for `version` (without `v`) and `arch`.
@@ -80,7 +83,10 @@ impl ArtifactSpec {
 
     /// The binary's path inside an offline bundle (its sidecar is `<path>.sha256`).
     pub fn bundle_path(&self, version: &str, arch: &str) -> PathBuf {
-        PathBuf::from(format!("{}/v{version}/bin/linux/{arch}/{}", self.bundle_key, self.name))
+        PathBuf::from(format!(
+            "{}/v{version}/bin/linux/{arch}/{}",
+            self.bundle_key, self.name
+        ))
     }
 }
 
@@ -101,7 +107,9 @@ pub fn normalize_version(field: &str, raw: &str) -> Result<String, ArtifactError
     let version = raw.trim().trim_start_matches('v');
     let ok = !version.is_empty()
         && version.starts_with(|c: char| c.is_ascii_digit())
-        && version.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '+'));
+        && version
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '+'));
     if ok {
         Ok(version.to_string())
     } else {
@@ -130,7 +138,8 @@ impl Location {
         if raw.starts_with('/') {
             return Ok(Location::File(PathBuf::from(raw)));
         }
-        let url = Url::parse(raw).map_err(|e| invalid(format!("{raw:?} is not a URL or absolute path: {e}")))?;
+        let url =
+            Url::parse(raw).map_err(|e| invalid(format!("{raw:?} is not a URL or absolute path: {e}")))?;
         match url.scheme() {
             "http" | "https" => Ok(Location::Http(url)),
             "file" => url
@@ -235,7 +244,11 @@ pub fn resolve_online(
                 .unwrap_or(spec.default_base_url);
             (
                 format!("{}.BaseURL", spec.config_path),
-                format!("{}/{}", base.trim_end_matches('/'), spec.upstream_path(&version, arch)),
+                format!(
+                    "{}/{}",
+                    base.trim_end_matches('/'),
+                    spec.upstream_path(&version, arch)
+                ),
             )
         }
     };
@@ -256,7 +269,9 @@ pub fn resolve_version(
     fallback_version: Option<&str>,
 ) -> Result<String, ArtifactError> {
     let field = format!("{}.Version", spec.config_path);
-    let configured = download.and_then(|d| d.version.as_deref()).filter(|v| !v.trim().is_empty());
+    let configured = download
+        .and_then(|d| d.version.as_deref())
+        .filter(|v| !v.trim().is_empty());
     match configured.or(fallback_version).or(spec.default_version) {
         Some(raw) => normalize_version(&field, raw),
         None => Err(ArtifactError::InvalidSource {
@@ -305,7 +320,11 @@ mod tests {
 
     #[test]
     fn url_replaces_version_and_arch_and_wins_over_base_url() {
-        let d = source(Some("http://h/{version}/cd-{arch}.tar.gz"), Some("http://ignored"), Some("1.2.3"));
+        let d = source(
+            Some("http://h/{version}/cd-{arch}.tar.gz"),
+            Some("http://ignored"),
+            Some("1.2.3"),
+        );
         let r = resolve_online(&COREDNS, Some(&d), None, "amd64").unwrap();
         assert_eq!(r.location.to_string(), "http://h/1.2.3/cd-amd64.tar.gz");
         assert!(r.location.is_archive());
@@ -315,7 +334,10 @@ mod tests {
     fn archive_is_judged_on_the_path_not_a_substring() {
         let q = Location::parse("f", "http://h.tgz.example/coredns?x=a.tgz").unwrap();
         assert!(!q.is_archive());
-        assert_eq!(q.sidecar().to_string(), "http://h.tgz.example/coredns.sha256?x=a.tgz");
+        assert_eq!(
+            q.sidecar().to_string(),
+            "http://h.tgz.example/coredns.sha256?x=a.tgz"
+        );
         assert!(!Location::parse("f", "/srv/coredns.tgz.bin").unwrap().is_archive());
         assert!(Location::parse("f", "file:///srv/c.tar.gz").unwrap().is_archive());
     }
@@ -326,13 +348,18 @@ mod tests {
             Location::parse("f", "file:///srv/a%20b/coredns").unwrap(),
             Location::File("/srv/a b/coredns".into())
         );
-        assert_eq!(Location::parse("f", "/srv/coredns").unwrap(), Location::File("/srv/coredns".into()));
+        assert_eq!(
+            Location::parse("f", "/srv/coredns").unwrap(),
+            Location::File("/srv/coredns".into())
+        );
     }
 
     #[test]
     fn relative_paths_and_other_schemes_are_refused_naming_the_field() {
         for raw in ["coredns.tgz", "ftp://h/coredns", "./x"] {
-            let err = Location::parse("Downloads.CoreDNS.URL", raw).unwrap_err().to_string();
+            let err = Location::parse("Downloads.CoreDNS.URL", raw)
+                .unwrap_err()
+                .to_string();
             assert!(err.starts_with("Downloads.CoreDNS.URL: "), "{err}");
         }
     }
@@ -341,17 +368,30 @@ mod tests {
     fn kubernetes_layout_is_a_bare_binary_under_bin_linux_arch() {
         let d = source(None, Some("http://mirror"), None);
         let r = resolve_online(&KUBELET, Some(&d), Some("v1.35.0"), "amd64").unwrap();
-        assert_eq!(r.location.to_string(), "http://mirror/v1.35.0/bin/linux/amd64/kubelet");
+        assert_eq!(
+            r.location.to_string(),
+            "http://mirror/v1.35.0/bin/linux/amd64/kubelet"
+        );
         assert!(!r.location.is_archive());
-        assert_eq!(KUBECTL.bundle_path("1.35.0", "arm64"), PathBuf::from("kubernetes/v1.35.0/bin/linux/arm64/kubectl"));
-        let err = resolve_online(&KUBELET, None, None, "amd64").unwrap_err().to_string();
+        assert_eq!(
+            KUBECTL.bundle_path("1.35.0", "arm64"),
+            PathBuf::from("kubernetes/v1.35.0/bin/linux/arm64/kubectl")
+        );
+        let err = resolve_online(&KUBELET, None, None, "amd64")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("Downloads.Kubernetes.Version"), "{err}");
     }
 
     #[test]
     fn bad_versions_are_refused() {
         let d = source(None, None, Some("latest"));
-        let err = resolve_online(&COREDNS, Some(&d), None, "amd64").unwrap_err().to_string();
-        assert!(err.contains("Downloads.CoreDNS.Version") && err.contains("latest"), "{err}");
+        let err = resolve_online(&COREDNS, Some(&d), None, "amd64")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("Downloads.CoreDNS.Version") && err.contains("latest"),
+            "{err}"
+        );
     }
 }

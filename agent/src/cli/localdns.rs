@@ -52,14 +52,19 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
 }
 
 fn load(path: &Path) -> anyhow::Result<Config> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config {}", path.display()))?;
-    validate::parse(&text).map_err(|problems| anyhow::anyhow!("invalid config {}:\n{problems}", path.display()))
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read config {}", path.display()))?;
+    validate::parse(&text)
+        .map_err(|problems| anyhow::anyhow!("invalid config {}:\n{problems}", path.display()))
 }
 
 fn apply(args: &ApplyArgs) -> anyhow::Result<ExitCode> {
     let config = load(&args.config)?;
     let Some(l) = &config.local_dns else {
-        println!("LocalDNS is disabled in {}: nothing to apply", args.config.display());
+        println!(
+            "LocalDNS is disabled in {}: nothing to apply",
+            args.config.display()
+        );
         return Ok(ExitCode::SUCCESS);
     };
     let spec = NetworkSpec::from_config(l);
@@ -84,7 +89,10 @@ fn reset(args: &ResetArgs) -> anyhow::Result<ExitCode> {
         println!("localdns network reset: done");
         Ok(ExitCode::SUCCESS)
     } else {
-        println!("localdns network reset: {} item(s) left behind", report.failed.len());
+        println!(
+            "localdns network reset: {} item(s) left behind",
+            report.failed.len()
+        );
         Ok(ExitCode::FAILURE)
     }
 }

@@ -26,11 +26,18 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let config = super::validate::load(&args.config)?;
-    let ctx = Context { config_path: args.config.clone(), config };
+    let ctx = Context {
+        config_path: args.config.clone(),
+        config,
+    };
     let report = agent::preflight::run(CHECKS, &ctx, &args.ignore);
     match args.output {
         Output::Text => print!("{}", report.to_text()),
         Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
     }
-    Ok(if report.status == Severity::Error { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+    Ok(if report.status == Severity::Error {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }

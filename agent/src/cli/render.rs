@@ -4,9 +4,9 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context as _;
 use agent::goal::{HostFacts, OptionalFacts};
 use agent::names::Slot;
+use anyhow::Context as _;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -38,18 +38,27 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(super::validate::INVALID));
         }
     };
-    let host_resolv_conf = std::fs::read_to_string(&args.host_resolv_conf)
-        .with_context(|| format!("cannot read --host-resolv-conf {}", args.host_resolv_conf.display()))?;
+    let host_resolv_conf = std::fs::read_to_string(&args.host_resolv_conf).with_context(|| {
+        format!(
+            "cannot read --host-resolv-conf {}",
+            args.host_resolv_conf.display()
+        )
+    })?;
     let optional: OptionalFacts = match &args.host_facts {
         None => OptionalFacts::default(),
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("cannot read --host-facts {}", path.display()))?;
-            serde_json::from_str(&text).with_context(|| format!("--host-facts {} is not valid", path.display()))?
+            serde_json::from_str(&text)
+                .with_context(|| format!("--host-facts {} is not valid", path.display()))?
         }
     };
-    let facts = HostFacts { host_resolv_conf, optional };
-    let goal = agent::goal::resolve(&config, &facts, args.machine).context("cannot resolve the goal state")?;
+    let facts = HostFacts {
+        host_resolv_conf,
+        optional,
+    };
+    let goal =
+        agent::goal::resolve(&config, &facts, args.machine).context("cannot resolve the goal state")?;
     let rendered = agent::render::render(&goal).context("cannot render")?;
     agent::render::write_under(&args.root, &rendered)?;
     Ok(ExitCode::SUCCESS)

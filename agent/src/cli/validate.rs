@@ -16,8 +16,11 @@ pub struct Args {
 }
 
 /// Reads and validates a config file; `Ok(Err(problems))` for an invalid one.
-pub fn load(path: &std::path::Path) -> anyhow::Result<Result<agent::validate::Config, agent::validate::Problems>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config {}", path.display()))?;
+pub fn load(
+    path: &std::path::Path,
+) -> anyhow::Result<Result<agent::validate::Config, agent::validate::Problems>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read config {}", path.display()))?;
     Ok(agent::validate::parse(&text))
 }
 

@@ -64,7 +64,10 @@ impl HostFacts {
             match std::fs::read_to_string(&path) {
                 Ok(s) => Ok(Some(s)),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-                Err(source) => Err(GatherError::Read { path: path.display().to_string(), source }),
+                Err(source) => Err(GatherError::Read {
+                    path: path.display().to_string(),
+                    source,
+                }),
             }
         };
         let host_resolv_conf = read("/etc/resolv.conf")?.ok_or_else(|| GatherError::Read {
@@ -78,7 +81,8 @@ impl HostFacts {
         };
         let addr_json = crate::exec::run_stdout(Command::new("ip").args(["-j", "-4", "addr", "show"]))?;
         let local_addresses = Some(parse_ip_addr_json(&addr_json)?);
-        let route = crate::exec::run_unchecked(Command::new("ip").args(["-j", "-4", "route", "get", "192.0.2.1"]))?;
+        let route =
+            crate::exec::run_unchecked(Command::new("ip").args(["-j", "-4", "route", "get", "192.0.2.1"]))?;
         let default_route_address = if route.status.success() {
             parse_route_get_json(&String::from_utf8_lossy(&route.stdout))?
         } else {
@@ -104,7 +108,10 @@ impl HostFacts {
 }
 
 fn parse_error(command: &str, message: impl ToString) -> GatherError {
-    GatherError::Parse { command: command.to_owned(), message: message.to_string() }
+    GatherError::Parse {
+        command: command.to_owned(),
+        message: message.to_string(),
+    }
 }
 
 /// Addresses from `ip -j -4 addr show`.
@@ -126,13 +133,19 @@ pub fn parse_ip_addr_json(text: &str) -> Result<Vec<Ipv4Addr>, GatherError> {
 pub fn parse_route_get_json(text: &str) -> Result<Option<Ipv4Addr>, GatherError> {
     let cmd = "ip -j -4 route get";
     let routes: Vec<serde_json::Value> = serde_json::from_str(text).map_err(|e| parse_error(cmd, e))?;
-    Ok(routes.first().and_then(|r| r["prefsrc"].as_str()).and_then(|s| s.parse().ok()))
+    Ok(routes
+        .first()
+        .and_then(|r| r["prefsrc"].as_str())
+        .and_then(|s| s.parse().ok()))
 }
 
 /// Distinct IPv4 addresses from `getent ahostsv4` output, in order.
 pub fn parse_getent(text: &str) -> Vec<Ipv4Addr> {
     let mut out: Vec<Ipv4Addr> = Vec::new();
-    for ip in text.lines().filter_map(|l| l.split_whitespace().next()?.parse().ok()) {
+    for ip in text
+        .lines()
+        .filter_map(|l| l.split_whitespace().next()?.parse().ok())
+    {
         if !out.contains(&ip) {
             out.push(ip);
         }
@@ -149,19 +162,29 @@ mod tests {
         let text = r#"[{"ifname":"lo","addr_info":[{"family":"inet","local":"127.0.0.1"}]},
                        {"ifname":"ens2","addr_info":[{"family":"inet","local":"192.168.101.10"}]}]"#;
         let got = parse_ip_addr_json(text).unwrap();
-        assert_eq!(got, [Ipv4Addr::new(127, 0, 0, 1), Ipv4Addr::new(192, 168, 101, 10)]);
+        assert_eq!(
+            got,
+            [Ipv4Addr::new(127, 0, 0, 1), Ipv4Addr::new(192, 168, 101, 10)]
+        );
     }
 
     #[test]
     fn route_get_json_yields_the_preferred_source() {
-        let text = r#"[{"dst":"192.0.2.1","gateway":"10.0.0.1","dev":"ens2","prefsrc":"10.0.0.5","flags":[]}]"#;
-        assert_eq!(parse_route_get_json(text).unwrap(), Some(Ipv4Addr::new(10, 0, 0, 5)));
+        let text =
+            r#"[{"dst":"192.0.2.1","gateway":"10.0.0.1","dev":"ens2","prefsrc":"10.0.0.5","flags":[]}]"#;
+        assert_eq!(
+            parse_route_get_json(text).unwrap(),
+            Some(Ipv4Addr::new(10, 0, 0, 5))
+        );
     }
 
     #[test]
     fn getent_output_is_deduplicated() {
         let text = "10.0.0.5      STREAM node1\n10.0.0.5      DGRAM  \n10.0.0.6      RAW    \n";
-        assert_eq!(parse_getent(text), [Ipv4Addr::new(10, 0, 0, 5), Ipv4Addr::new(10, 0, 0, 6)]);
+        assert_eq!(
+            parse_getent(text),
+            [Ipv4Addr::new(10, 0, 0, 5), Ipv4Addr::new(10, 0, 0, 6)]
+        );
     }
 
     #[test]

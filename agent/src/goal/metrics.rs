@@ -49,7 +49,11 @@ fn from_host(
             needed_for: "deriving the metrics address from the node name",
         })?;
         let local = local()?;
-        if let Some(u) = looked_up.iter().filter(|ip| local.contains(ip)).find_map(|ip| usable(*ip)) {
+        if let Some(u) = looked_up
+            .iter()
+            .filter(|ip| local.contains(ip))
+            .find_map(|ip| usable(*ip))
+        {
             return Ok(u);
         }
     }
@@ -96,7 +100,10 @@ mod tests {
         #[case] facts: HostFacts,
         #[case] want: &str,
     ) {
-        assert_eq!(derive(&ips(node_ips), node_name, &facts).unwrap().to_string(), want);
+        assert_eq!(
+            derive(&ips(node_ips), node_name, &facts).unwrap().to_string(),
+            want
+        );
     }
 
     #[rstest]
@@ -105,7 +112,10 @@ mod tests {
     #[case::route_missing(facts(Some(&[]), Some(&[]), None), "default_route_address")]
     fn a_missing_fact_is_named(#[case] facts: HostFacts, #[case] fact: &str) {
         let e = derive(&[], "node1", &facts).unwrap_err();
-        assert!(matches!(e, GoalError::MissingFact { fact: f, .. } if f == fact), "{e}");
+        assert!(
+            matches!(e, GoalError::MissingFact { fact: f, .. } if f == fact),
+            "{e}"
+        );
         assert!(e.to_string().contains(fact), "{e}");
     }
 

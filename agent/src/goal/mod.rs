@@ -28,7 +28,10 @@ pub enum GoalError {
     #[error("split DNS behind systemd-resolved is not supported (routing domains {routes}); only `~.` is")]
     SplitDns { routes: String },
     #[error("host fact `{fact}` is missing; it is needed for {needed_for} (give it in --host-facts)")]
-    MissingFact { fact: &'static str, needed_for: &'static str },
+    MissingFact {
+        fact: &'static str,
+        needed_for: &'static str,
+    },
     #[error("no usable metrics address: the default-route address {candidate} is loopback or a wildcard")]
     NoMetricsAddress { candidate: Ipv4Addr },
 }
@@ -118,7 +121,12 @@ pub fn resolve(config: &Config, facts: &HostFacts, slot: Slot) -> Result<Goal, G
         },
         None => KubeletGoal {
             cluster_dns: vec![config.cluster.cluster_dns],
-            resolv_conf: config.kubelet.configuration.get("resolvConf").and_then(|v| v.as_str()).map(str::to_owned),
+            resolv_conf: config
+                .kubelet
+                .configuration
+                .get("resolvConf")
+                .and_then(|v| v.as_str())
+                .map(str::to_owned),
             configuration: config.kubelet.configuration.clone(),
         },
     };
@@ -137,7 +145,10 @@ pub fn resolve(config: &Config, facts: &HostFacts, slot: Slot) -> Result<Goal, G
 pub fn resolv_conf_without_nameservers(text: &str) -> Vec<String> {
     text.lines()
         .map(|l| l.split_whitespace().collect::<Vec<_>>())
-        .filter(|w| w.first().is_some_and(|k| *k != "nameserver" && !k.starts_with(['#', ';'])))
+        .filter(|w| {
+            w.first()
+                .is_some_and(|k| *k != "nameserver" && !k.starts_with(['#', ';']))
+        })
         .map(|w| w.join(" "))
         .collect()
 }

@@ -31,29 +31,55 @@ pub fn discover(facts: &HostFacts, listeners: &[Ipv4Addr]) -> Result<Vec<Ipv4Add
     if !host.iter().any(Ipv4Addr::is_loopback) {
         let ups = usable(host, listeners);
         if ups.is_empty() {
-            return Err(GoalError::NoUpstream { source_file: "/etc/resolv.conf" });
+            return Err(GoalError::NoUpstream {
+                source_file: "/etc/resolv.conf",
+            });
         }
         return Ok(ups);
     }
-    let foreign: Vec<String> = host.iter().filter(|ip| !RESOLVED_STUBS.contains(ip)).map(ToString::to_string).collect();
+    let foreign: Vec<String> = host
+        .iter()
+        .filter(|ip| !RESOLVED_STUBS.contains(ip))
+        .map(ToString::to_string)
+        .collect();
     if !foreign.is_empty() {
-        return Err(GoalError::UnsupportedStub { nameservers: foreign.join(", ") });
+        return Err(GoalError::UnsupportedStub {
+            nameservers: foreign.join(", "),
+        });
     }
-    let domains = facts.optional.resolvectl_domain.as_deref().ok_or(GoalError::MissingFact {
-        fact: "resolvectl_domain",
-        needed_for: "checking for split DNS behind systemd-resolved",
-    })?;
+    let domains = facts
+        .optional
+        .resolvectl_domain
+        .as_deref()
+        .ok_or(GoalError::MissingFact {
+            fact: "resolvectl_domain",
+            needed_for: "checking for split DNS behind systemd-resolved",
+        })?;
     let routes = split_dns_routes(domains);
     if !routes.is_empty() {
-        return Err(GoalError::SplitDns { routes: routes.join(", ") });
+        return Err(GoalError::SplitDns {
+            routes: routes.join(", "),
+        });
     }
-    let resolved = facts.optional.resolved_resolv_conf.as_deref().ok_or(GoalError::MissingFact {
-        fact: "resolved_resolv_conf",
-        needed_for: "reading systemd-resolved's upstream nameservers",
-    })?;
-    let ups = usable(nameservers(resolved).into_iter().filter(|ip| !ip.is_loopback()).collect(), listeners);
+    let resolved = facts
+        .optional
+        .resolved_resolv_conf
+        .as_deref()
+        .ok_or(GoalError::MissingFact {
+            fact: "resolved_resolv_conf",
+            needed_for: "reading systemd-resolved's upstream nameservers",
+        })?;
+    let ups = usable(
+        nameservers(resolved)
+            .into_iter()
+            .filter(|ip| !ip.is_loopback())
+            .collect(),
+        listeners,
+    );
     if ups.is_empty() {
-        return Err(GoalError::NoUpstream { source_file: "/run/systemd/resolve/resolv.conf" });
+        return Err(GoalError::NoUpstream {
+            source_file: "/run/systemd/resolve/resolv.conf",
+        });
     }
     Ok(ups)
 }
@@ -71,7 +97,9 @@ fn usable(mut ips: Vec<Ipv4Addr>, listeners: &[Ipv4Addr]) -> Vec<Ipv4Addr> {
 pub fn split_dns_routes(resolvectl_domain: &str) -> Vec<String> {
     let mut routes = Vec::new();
     for line in resolvectl_domain.lines() {
-        let Some((_, list)) = line.split_once(':') else { continue };
+        let Some((_, list)) = line.split_once(':') else {
+            continue;
+        };
         for d in list.split_whitespace() {
             if d.starts_with('~') && d != "~." && !routes.iter().any(|r| r == d) {
                 routes.push(d.to_owned());
@@ -121,7 +149,11 @@ mod tests {
     #[case::only_listeners("nameserver 169.254.10.10\n")]
     fn no_usable_direct_nameserver_is_an_error(#[case] host: &str) {
         let e = discover(&facts(host, None, None), &L).unwrap_err();
-        assert!(e.to_string().contains("host resolver contains no usable direct IPv4 nameserver"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("host resolver contains no usable direct IPv4 nameserver"),
+            "{e}"
+        );
     }
 
     #[rstest]
@@ -130,38 +162,69 @@ mod tests {
     fn a_loopback_resolver_other_than_resolved_is_refused(#[case] host: &str, #[case] named: &str) {
         let e = discover(&facts(host, Some("nameserver 10.0.0.2\n"), Some("Global:\n")), &L).unwrap_err();
         let text = e.to_string();
-        assert!(text.contains("unsupported local caching stub") && text.contains(named), "{text}");
+        assert!(
+            text.contains("unsupported local caching stub") && text.contains(named),
+            "{text}"
+        );
     }
 
     #[rstest]
     #[case::stub_53("nameserver 127.0.0.53\n")]
     #[case::stub_54("\tnameserver 127.0.0.54\noptions edns0 trust-ad\n")]
     fn resolved_stub_takes_upstreams_from_resolved(#[case] host: &str) {
-        let resolved = "nameserver 10.0.0.3\nnameserver 10.0.0.2\nnameserver 127.0.0.1\nnameserver 169.254.10.10\n";
+        let resolved =
+            "nameserver 10.0.0.3\nnameserver 10.0.0.2\nnameserver 127.0.0.1\nnameserver 169.254.10.10\n";
         let domains = "Global:\nLink 2 (ens2): ~. lab.example\n";
-        assert_eq!(discover(&facts(host, Some(resolved), Some(domains)), &L).unwrap(), ips(&["10.0.0.2", "10.0.0.3"]));
+        assert_eq!(
+            discover(&facts(host, Some(resolved), Some(domains)), &L).unwrap(),
+            ips(&["10.0.0.2", "10.0.0.3"])
+        );
     }
 
     #[test]
     fn split_dns_behind_resolved_is_an_error() {
         let domains = "Global:\nLink 2 (ens2): ~.\nLink 3 (wg0): ~corp.example\n";
-        let e = discover(&facts("nameserver 127.0.0.53\n", Some("nameserver 10.0.0.2\n"), Some(domains)), &L)
-            .unwrap_err();
-        assert!(e.to_string().contains("split DNS") && e.to_string().contains("~corp.example"), "{e}");
+        let e = discover(
+            &facts(
+                "nameserver 127.0.0.53\n",
+                Some("nameserver 10.0.0.2\n"),
+                Some(domains),
+            ),
+            &L,
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("split DNS") && e.to_string().contains("~corp.example"),
+            "{e}"
+        );
     }
 
     #[test]
     fn resolved_without_usable_upstreams_is_an_error() {
-        let e = discover(&facts("nameserver 127.0.0.53\n", Some("nameserver 127.0.0.1\n"), Some("")), &L)
-            .unwrap_err();
+        let e = discover(
+            &facts(
+                "nameserver 127.0.0.53\n",
+                Some("nameserver 127.0.0.1\n"),
+                Some(""),
+            ),
+            &L,
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("/run/systemd/resolve/resolv.conf"), "{e}");
     }
 
     #[rstest]
     #[case::domains_missing(None, Some("nameserver 10.0.0.2\n"), "resolvectl_domain")]
     #[case::resolved_file_missing(Some(""), None, "resolved_resolv_conf")]
-    fn missing_resolved_facts_are_named(#[case] domains: Option<&str>, #[case] resolved: Option<&str>, #[case] fact: &str) {
+    fn missing_resolved_facts_are_named(
+        #[case] domains: Option<&str>,
+        #[case] resolved: Option<&str>,
+        #[case] fact: &str,
+    ) {
         let e = discover(&facts("nameserver 127.0.0.53\n", resolved, domains), &L).unwrap_err();
-        assert!(matches!(e, GoalError::MissingFact { fact: f, .. } if f == fact), "{e}");
+        assert!(
+            matches!(e, GoalError::MissingFact { fact: f, .. } if f == fact),
+            "{e}"
+        );
     }
 }

@@ -45,17 +45,26 @@ pub enum ApplyError {
         "after applying the rendered script the live table differs from the expected model\n\
          expected: {expected:#?}\nlive: {live:#?}"
     )]
-    TableMismatch { expected: Box<NftModel>, live: Box<Option<NftModel>> },
+    TableMismatch {
+        expected: Box<NftModel>,
+        live: Box<Option<NftModel>>,
+    },
 }
 
 /// What the host holds now.
 pub fn observe(netlink: &Netlink) -> Result<Observed, ApplyError> {
-    Ok(Observed { link: netlink.observe(LINK_NAME)?, table: nft::read_table()? })
+    Ok(Observed {
+        link: netlink.observe(LINK_NAME)?,
+        table: nft::read_table()?,
+    })
 }
 
 /// What `spec` asks for.
 pub fn desired(spec: &NetworkSpec) -> Desired {
-    Desired { addresses: spec.listeners(), table: model::desired(spec) }
+    Desired {
+        addresses: spec.listeners(),
+        table: model::desired(spec),
+    }
 }
 
 /// Brings the link and table to `spec`, using `script` (the rendered `localdns.nft`) for the table.
@@ -71,7 +80,10 @@ pub fn apply(spec: &NetworkSpec, script: &str) -> Result<ApplyReport, ApplyError
     if steps.contains(&Step::ReplaceTable) {
         let live = nft::read_table()?;
         if live.as_ref() != Some(&desired.table) {
-            return Err(ApplyError::TableMismatch { expected: Box::new(desired.table), live: Box::new(live) });
+            return Err(ApplyError::TableMismatch {
+                expected: Box::new(desired.table),
+                live: Box::new(live),
+            });
         }
     }
     Ok(ApplyReport { steps })

@@ -13,6 +13,12 @@ use rtnetlink::{Handle, LinkDummy, LinkUnspec};
 pub enum LinkError {
     #[error("could not open a netlink socket")]
     Open(#[source] std::io::Error),
+    #[error("cannot create dummy link {name}: this kernel has no dummy link type (CONFIG_DUMMY)")]
+    NoDummySupport {
+        name: String,
+        #[source]
+        source: rtnetlink::Error,
+    },
     #[error("netlink: could not {what}")]
     Request {
         what: String,
@@ -82,13 +88,23 @@ impl Netlink {
             tokio::spawn(connection);
             Ok::<_, std::io::Error>(handle)
         });
-        Ok(Netlink { runtime, handle: handle.map_err(LinkError::Open)? })
+        Ok(Netlink {
+            runtime,
+            handle: handle.map_err(LinkError::Open)?,
+        })
     }
 
     /// The link called `name`, or `None`.
     pub fn observe(&self, name: &str) -> Result<Option<ObservedLink>, LinkError> {
         self.runtime.block_on(async {
-            let found = self.handle.link().get().match_name(name.to_string()).execute().try_next().await;
+            let found = self
+                .handle
+                .link()
+                .get()
+                .match_name(name.to_string())
+                .execute()
+                .try_next()
+                .await;
             let msg = match found {
                 Ok(Some(msg)) => msg,
                 Ok(None) => return Ok(None),
@@ -109,22 +125,40 @@ impl Netlink {
                 index,
                 kind: kind_of(&msg),
                 up: msg.header.flags.contains(LinkFlags::Up),
-                ipv4: addrs.iter().filter(|a| a.header.index == index).filter_map(ipv4_of).collect(),
+                ipv4: addrs
+                    .iter()
+                    .filter(|a| a.header.index == index)
+                    .filter_map(ipv4_of)
+                    .collect(),
             }))
         })
     }
 
     /// Creates a dummy link called `name`.
     pub fn create_dummy(&self, name: &str) -> Result<(), LinkError> {
-        self.runtime
+        match self
+            .runtime
             .block_on(self.handle.link().add(LinkDummy::new(name).build()).execute())
-            .map_err(request(format!("create dummy link {name}")))
+        {
+            Err(err) if is_errno(&err, nix::errno::Errno::EOPNOTSUPP as i32) => {
+                Err(LinkError::NoDummySupport {
+                    name: name.to_owned(),
+                    source: err,
+                })
+            }
+            other => other.map_err(request(format!("create dummy link {name}"))),
+        }
     }
 
     /// Sets the link administratively up.
     pub fn set_up(&self, index: u32) -> Result<(), LinkError> {
         self.runtime
-            .block_on(self.handle.link().set(LinkUnspec::new_with_index(index).up().build()).execute())
+            .block_on(
+                self.handle
+                    .link()
+                    .set(LinkUnspec::new_with_index(index).up().build())
+                    .execute(),
+            )
             .map_err(request(format!("set link {index} up")))
     }
 
@@ -158,6 +192,44 @@ impl Netlink {
                 }
             }
             Ok(())
+        })
+    }
+
+    /// Every IPv4 address of every link, with the link's name.
+    pub fn all_ipv4(&self) -> Result<Vec<(String, Ipv4Addr, u8)>, LinkError> {
+        self.runtime.block_on(async {
+            let links: Vec<LinkMessage> = self
+                .handle
+                .link()
+                .get()
+                .execute()
+                .try_collect()
+                .await
+                .map_err(request("list links"))?;
+            let name_of = |index: u32| {
+                links
+                    .iter()
+                    .find(|l| l.header.index == index)
+                    .and_then(|l| {
+                        l.attributes.iter().find_map(|a| match a {
+                            LinkAttribute::IfName(name) => Some(name.clone()),
+                            _ => None,
+                        })
+                    })
+                    .unwrap_or_else(|| format!("link {index}"))
+            };
+            let addrs: Vec<AddressMessage> = self
+                .handle
+                .address()
+                .get()
+                .execute()
+                .try_collect()
+                .await
+                .map_err(request("list addresses"))?;
+            Ok(addrs
+                .iter()
+                .filter_map(|a| ipv4_of(a).map(|(ip, prefix)| (name_of(a.header.index), ip, prefix)))
+                .collect())
         })
     }
 

@@ -20,7 +20,9 @@ pub use reset::{ResetPaths, ResetReport, reset};
 /// The name of the dummy link holding the listener addresses.
 pub const LINK_NAME: &str = "localdns";
 /// The nft family and table that hold our NOTRACK rules, and the comment on every rule.
-pub use crate::render::host::{NFT_COMMENT as RULE_COMMENT, NFT_FAMILY as TABLE_FAMILY, NFT_TABLE as TABLE_NAME};
+pub use crate::render::host::{
+    NFT_COMMENT as RULE_COMMENT, NFT_FAMILY as TABLE_FAMILY, NFT_TABLE as TABLE_NAME,
+};
 
 /// What the host network must look like, taken from the validated config.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -59,7 +59,13 @@ fn base_chain(name: &str, hook: &str) -> Chain {
 }
 
 /// `ip <dir>addr <ip> <proto> <dir>port 53 notrack comment "..."` as nft lists it.
-fn notrack_rule(chain: &str, addr_field: &str, ip: std::net::Ipv4Addr, proto: &str, port_field: &str) -> Rule {
+fn notrack_rule(
+    chain: &str,
+    addr_field: &str,
+    ip: std::net::Ipv4Addr,
+    proto: &str,
+    port_field: &str,
+) -> Rule {
     let expr = json!([
         {"match": {"op": "==", "left": {"payload": {"protocol": "ip", "field": addr_field}}, "right": ip.to_string()}},
         {"match": {"op": "==", "left": {"payload": {"protocol": proto, "field": port_field}}, "right": 53}},
@@ -93,7 +99,10 @@ pub fn desired(spec: &NetworkSpec) -> NftModel {
         }
     }
     NftModel {
-        chains: vec![base_chain("prerouting", "prerouting"), base_chain("output", "output")],
+        chains: vec![
+            base_chain("prerouting", "prerouting"),
+            base_chain("output", "output"),
+        ],
         rules,
     }
     .sorted()
@@ -148,7 +157,11 @@ pub fn from_nft_json(text: &str) -> Result<NftModel, ModelError> {
             });
         } else if let Some(other) = item.get("set").or_else(|| item.get("map")).filter(|s| ours(s)) {
             // Sets or maps are never ours to have: show them as a rule that cannot match.
-            model.rules.push(Rule { chain: String::new(), expr: other.to_string(), comment: None });
+            model.rules.push(Rule {
+                chain: String::new(),
+                expr: other.to_string(),
+                comment: None,
+            });
         }
     }
     Ok(model.sorted())
@@ -191,7 +204,12 @@ mod tests {
         assert_eq!(model.rules.len(), 8);
         assert!(model.rules.iter().all(|r| !r.expr.contains("saddr")));
         assert_eq!(model.chains.len(), 2);
-        assert!(model.chains.iter().all(|c| c.prio == PRIORITY_RAW && c.policy == "accept"));
+        assert!(
+            model
+                .chains
+                .iter()
+                .all(|c| c.prio == PRIORITY_RAW && c.policy == "accept")
+        );
     }
 
     #[test]
@@ -200,7 +218,11 @@ mod tests {
         let replies: Vec<_> = model.rules.iter().filter(|r| r.expr.contains("saddr")).collect();
         assert_eq!(model.rules.len(), 12);
         assert_eq!(replies.len(), 4);
-        assert!(replies.iter().all(|r| r.chain == "output" && r.expr.contains("sport")));
+        assert!(
+            replies
+                .iter()
+                .all(|r| r.chain == "output" && r.expr.contains("sport"))
+        );
     }
 
     #[test]
@@ -214,7 +236,8 @@ mod tests {
 
     #[test]
     fn listed_rule_differs_from_desired_when_its_address_differs() {
-        let listed = from_nft_json(&LISTED.replace(r#", {"counter": {"packets": 7, "bytes": 900}}"#, "")).unwrap();
+        let listed =
+            from_nft_json(&LISTED.replace(r#", {"counter": {"packets": 7, "bytes": 900}}"#, "")).unwrap();
         let wanted = desired(&spec(true));
         assert!(wanted.rules.contains(&listed.rules[0]), "{listed:?}");
         let other = from_nft_json(&LISTED.replace("169.254.10.10", "169.254.10.12")).unwrap();
@@ -223,8 +246,10 @@ mod tests {
 
     #[test]
     fn tables_listing_finds_only_our_family_and_name() {
-        let ours = r#"{"nftables": [{"table": {"family": "ip", "name": "unbounded_localdns", "handle": 1}}]}"#;
-        let inet = r#"{"nftables": [{"table": {"family": "inet", "name": "unbounded_localdns", "handle": 1}}]}"#;
+        let ours =
+            r#"{"nftables": [{"table": {"family": "ip", "name": "unbounded_localdns", "handle": 1}}]}"#;
+        let inet =
+            r#"{"nftables": [{"table": {"family": "inet", "name": "unbounded_localdns", "handle": 1}}]}"#;
         assert!(tables_include_ours(ours).unwrap());
         assert!(!tables_include_ours(inet).unwrap());
         assert!(tables_include_ours("Error").is_err());

@@ -28,8 +28,13 @@ pub struct Desired {
 pub enum Step {
     CreateDummyLink,
     SetLinkUp,
-    RemoveAddress { ip: Ipv4Addr, prefix: u8 },
-    AddAddress { ip: Ipv4Addr },
+    RemoveAddress {
+        ip: Ipv4Addr,
+        prefix: u8,
+    },
+    AddAddress {
+        ip: Ipv4Addr,
+    },
     /// Replace our table with the rendered script in one transaction.
     ReplaceTable,
 }
@@ -39,7 +44,9 @@ impl fmt::Display for Step {
         match self {
             Step::CreateDummyLink => write!(f, "create dummy link {LINK_NAME}"),
             Step::SetLinkUp => write!(f, "set link {LINK_NAME} up"),
-            Step::RemoveAddress { ip, prefix } => write!(f, "remove stale address {ip}/{prefix} from {LINK_NAME}"),
+            Step::RemoveAddress { ip, prefix } => {
+                write!(f, "remove stale address {ip}/{prefix} from {LINK_NAME}")
+            }
             Step::AddAddress { ip } => write!(f, "add {ip}/32 to {LINK_NAME}"),
             Step::ReplaceTable => write!(f, "replace nft table {TABLE_FAMILY} {TABLE_NAME}"),
         }
@@ -61,7 +68,9 @@ pub struct ForeignLink {
 pub fn check_dummy(link: &ObservedLink) -> Result<(), ForeignLink> {
     match link.kind.as_deref() {
         Some("dummy") => Ok(()),
-        other => Err(ForeignLink { kind: other.unwrap_or("none").to_owned() }),
+        other => Err(ForeignLink {
+            kind: other.unwrap_or("none").to_owned(),
+        }),
     }
 }
 
@@ -108,17 +117,36 @@ mod tests {
     const CLUSTER: Ipv4Addr = Ipv4Addr::new(169, 254, 10, 11);
 
     fn wanted() -> Desired {
-        let spec = NetworkSpec { node_listener: NODE, cluster_listener: CLUSTER, notrack_replies: true };
-        Desired { addresses: spec.listeners(), table: desired(&spec) }
+        let spec = NetworkSpec {
+            node_listener: NODE,
+            cluster_listener: CLUSTER,
+            notrack_replies: true,
+        };
+        Desired {
+            addresses: spec.listeners(),
+            table: desired(&spec),
+        }
     }
 
     fn link(kind: Option<&str>, up: bool, ipv4: &[(Ipv4Addr, u8)]) -> Option<ObservedLink> {
-        Some(ObservedLink { index: 7, kind: kind.map(str::to_owned), up, ipv4: ipv4.to_vec() })
+        Some(ObservedLink {
+            index: 7,
+            kind: kind.map(str::to_owned),
+            up,
+            ipv4: ipv4.to_vec(),
+        })
     }
 
     #[test]
     fn empty_host_gets_link_up_both_addresses_and_table() {
-        let steps = plan(&Observed { link: None, table: None }, &wanted()).unwrap();
+        let steps = plan(
+            &Observed {
+                link: None,
+                table: None,
+            },
+            &wanted(),
+        )
+        .unwrap();
         assert_eq!(
             steps,
             vec![
@@ -150,7 +178,10 @@ mod tests {
         assert_eq!(
             plan(&observed, &wanted()).unwrap(),
             vec![
-                Step::RemoveAddress { ip: stale, prefix: 32 },
+                Step::RemoveAddress {
+                    ip: stale,
+                    prefix: 32
+                },
                 Step::RemoveAddress { ip: NODE, prefix: 24 },
                 Step::AddAddress { ip: NODE },
                 Step::AddAddress { ip: CLUSTER },
@@ -171,13 +202,19 @@ mod tests {
     fn different_table_is_replaced() {
         let mut table = wanted().table;
         table.rules.pop();
-        let observed = Observed { link: link(Some("dummy"), true, &[(NODE, 32), (CLUSTER, 32)]), table: Some(table) };
+        let observed = Observed {
+            link: link(Some("dummy"), true, &[(NODE, 32), (CLUSTER, 32)]),
+            table: Some(table),
+        };
         assert_eq!(plan(&observed, &wanted()).unwrap(), vec![Step::ReplaceTable]);
     }
 
     #[test]
     fn non_dummy_link_is_refused_naming_its_kind() {
-        let observed = Observed { link: link(Some("bridge"), true, &[]), table: None };
+        let observed = Observed {
+            link: link(Some("bridge"), true, &[]),
+            table: None,
+        };
         let err = plan(&observed, &wanted()).unwrap_err();
         assert_eq!(err.kind, "bridge");
         assert!(err.to_string().contains("refusing"), "{err}");
@@ -185,7 +222,10 @@ mod tests {
 
     #[test]
     fn link_without_kind_is_refused() {
-        let observed = Observed { link: link(None, true, &[]), table: None };
+        let observed = Observed {
+            link: link(None, true, &[]),
+            table: None,
+        };
         assert_eq!(plan(&observed, &wanted()).unwrap_err().kind, "none");
     }
 }

@@ -43,7 +43,8 @@ impl ResetPaths {
     }
 
     pub fn nspawn_dropin(&self, slot: &str) -> PathBuf {
-        self.unit_dir().join(format!("systemd-nspawn@{slot}.service.d/10-localdns.conf"))
+        self.unit_dir()
+            .join(format!("systemd-nspawn@{slot}.service.d/10-localdns.conf"))
     }
 
     fn is_live_root(&self) -> bool {
@@ -88,7 +89,9 @@ fn systemd_is_running() -> bool {
 /// systemctl's words for a unit that is not there.
 fn unit_is_unknown(err: &CommandFailed) -> bool {
     let stderr = err.stderr();
-    ["not loaded", "does not exist", "not found"].iter().any(|w| stderr.contains(w))
+    ["not loaded", "does not exist", "not found"]
+        .iter()
+        .any(|w| stderr.contains(w))
 }
 
 fn systemctl(report: &mut ResetReport, verb: &str, what: String) {
@@ -105,7 +108,9 @@ fn stop_and_disable(paths: &ResetPaths, report: &mut ResetReport) {
         systemctl(report, "disable", format!("enablement of {NETWORK_UNIT}"));
     }
     // What `systemctl disable` removes, also when systemd is not running (or below a test root).
-    let Ok(entries) = std::fs::read_dir(paths.unit_dir()) else { return };
+    let Ok(entries) = std::fs::read_dir(paths.unit_dir()) else {
+        return;
+    };
     for entry in entries.flatten() {
         let dir = entry.path();
         let name = entry.file_name().to_string_lossy().into_owned();
@@ -127,7 +132,9 @@ fn delete_table(report: &mut ResetReport) {
 fn delete_link(report: &mut ResetReport) {
     let what = format!("dummy link {LINK_NAME}");
     let result = Netlink::open().and_then(|nl| {
-        let Some(link) = nl.observe(LINK_NAME)? else { return Ok(None) };
+        let Some(link) = nl.observe(LINK_NAME)? else {
+            return Ok(None);
+        };
         if let Err(foreign) = check_dummy(&link) {
             return Ok(Some(Err(foreign)));
         }
@@ -187,7 +194,9 @@ pub fn reset(paths: &ResetPaths) -> ResetReport {
     }
     if paths.is_live_root() && systemd_is_running() {
         if let Err(err) = exec::run(Command::new("systemctl").arg("daemon-reload")) {
-            report.failed.push(("systemctl daemon-reload".into(), format!("{err:#}")));
+            report
+                .failed
+                .push(("systemctl daemon-reload".into(), format!("{err:#}")));
         }
     }
     report
@@ -204,7 +213,10 @@ mod tests {
             paths.network_unit(),
             Path::new("/tmp/x/etc/systemd/system/unbounded-localdns-network.service")
         );
-        assert_eq!(paths.nft_script(), Path::new("/tmp/x/etc/unbounded/localdns/localdns.nft"));
+        assert_eq!(
+            paths.nft_script(),
+            Path::new("/tmp/x/etc/unbounded/localdns/localdns.nft")
+        );
         assert_eq!(
             paths.nspawn_dropin("kube2"),
             Path::new("/tmp/x/etc/systemd/system/systemd-nspawn@kube2.service.d/10-localdns.conf")
@@ -219,7 +231,8 @@ mod tests {
         ]))
         .unwrap_err();
         assert!(unit_is_unknown(&err));
-        let other = exec::run(Command::new("sh").args(["-c", "echo 'Access denied' >&2; exit 1"])).unwrap_err();
+        let other =
+            exec::run(Command::new("sh").args(["-c", "echo 'Access denied' >&2; exit 1"])).unwrap_err();
         assert!(!unit_is_unknown(&other));
     }
 }

@@ -28,25 +28,40 @@ pub fn run(ctx: &Context) -> Vec<Finding> {
     if config.local_dns.is_none() {
         return vec![Finding::new(NAME, "", Severity::Ok, "LocalDNS is disabled")];
     }
-    vec![check(&Request::from_config(config), &Fetcher::new(probe_options()))]
+    vec![check(
+        &Request::from_config(config),
+        &Fetcher::new(probe_options()),
+    )]
 }
 
 /// The finding for one request: ok naming what answered, or an error saying why not.
 pub fn check(request: &Request, fetcher: &Fetcher) -> Finding {
-    let mode = if request.offline_source.is_some() { "offline bundle" } else { "online" };
+    let mode = if request.offline_source.is_some() {
+        "offline bundle"
+    } else {
+        "online"
+    };
     match coredns::probe(request, fetcher) {
         Ok(resolved) => Finding::new(
             NAME,
             resolved.location.to_string(),
             Severity::Ok,
-            format!("CoreDNS {} is available ({mode}, sha256 sidecar present)", resolved.version),
+            format!(
+                "CoreDNS {} is available ({mode}, sha256 sidecar present)",
+                resolved.version
+            ),
         ),
         Err(err) => {
             let target = request
                 .resolve(crate::artifact::source::host_arch().unwrap_or("amd64"))
                 .map(|r| r.location.to_string())
                 .unwrap_or_else(|_| request.offline_source.clone().unwrap_or_default());
-            Finding::new(NAME, target, Severity::Error, format!("CoreDNS artifact is not available ({mode}): {err}"))
+            Finding::new(
+                NAME,
+                target,
+                Severity::Error,
+                format!("CoreDNS artifact is not available ({mode}): {err}"),
+            )
         }
     }
 }

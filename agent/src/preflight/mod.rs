@@ -5,7 +5,10 @@
 //! write it in its own file under `preflight/` and add one line to [`CHECKS`].
 
 pub mod artifact;
+pub mod conntrack;
+pub mod listeners;
 pub mod localdns_config;
+pub mod localdns_upstreams;
 
 use std::path::PathBuf;
 
@@ -36,8 +39,19 @@ pub struct Finding {
 }
 
 impl Finding {
-    pub fn new(name: &str, target: impl Into<String>, severity: Severity, message: impl Into<String>) -> Self {
-        Finding { name: name.to_owned(), target: target.into(), severity, message: message.into(), ignored: false }
+    pub fn new(
+        name: &str,
+        target: impl Into<String>,
+        severity: Severity,
+        message: impl Into<String>,
+    ) -> Self {
+        Finding {
+            name: name.to_owned(),
+            target: target.into(),
+            severity,
+            message: message.into(),
+            ignored: false,
+        }
     }
 }
 
@@ -68,11 +82,19 @@ pub struct Check {
     pub run: fn(&Context) -> Vec<Finding>,
 }
 
+impl Check {
+    pub const fn new(name: &'static str, run: fn(&Context) -> Vec<Finding>) -> Self {
+        Check { name, run }
+    }
+}
+
 /// Every check, in the order they run. Add a check with one line here.
 pub const CHECKS: &[Check] = &[
-    Check { name: localdns_config::NAME, run: localdns_config::run },
-    Check { name: artifact::NAME, run: artifact::run },
-    // Further checks (localdns-conntrack, listener addresses, CoreDNS artifact, ...) go here.
+    Check::new(localdns_config::NAME, localdns_config::run),
+    Check::new(localdns_upstreams::NAME, localdns_upstreams::run),
+    Check::new(artifact::NAME, artifact::run),
+    Check::new(conntrack::NAME, conntrack::run),
+    Check::new(listeners::NAME, listeners::run),
 ];
 
 /// The whole report.
@@ -103,9 +125,16 @@ pub fn run(checks: &[Check], ctx: &Context, ignore: &[String]) -> Report {
 impl Report {
     pub fn new(checks: Vec<Finding>) -> Self {
         let count = |s: Severity| checks.iter().filter(|f| f.severity == s && !f.ignored).count();
-        let ignored = checks.iter().filter(|f| f.ignored && f.severity != Severity::Ok).count();
-        let status =
-            checks.iter().filter(|f| !f.ignored).map(|f| f.severity).max().unwrap_or(Severity::Ok);
+        let ignored = checks
+            .iter()
+            .filter(|f| f.ignored && f.severity != Severity::Ok)
+            .count();
+        let status = checks
+            .iter()
+            .filter(|f| !f.ignored)
+            .map(|f| f.severity)
+            .max()
+            .unwrap_or(Severity::Ok);
         let summary = format!(
             "{} checks: {} ok, {} warnings, {} errors, {} ignored",
             checks.len(),
@@ -114,7 +143,11 @@ impl Report {
             count(Severity::Error),
             ignored
         );
-        Report { status, checks, summary }
+        Report {
+            status,
+            checks,
+            summary,
+        }
     }
 
     /// One line per finding, then the summary.
@@ -127,7 +160,11 @@ impl Report {
                 Severity::Error => "error",
             };
             let ignored = if f.ignored { " (ignored)" } else { "" };
-            let target = if f.target.is_empty() { String::new() } else { format!(" [{}]", f.target) };
+            let target = if f.target.is_empty() {
+                String::new()
+            } else {
+                format!(" [{}]", f.target)
+            };
             out.push_str(&format!("{sev:<7} {}{target}: {}{ignored}\n", f.name, f.message));
         }
         out.push_str(&format!("{}: {}\n", status_word(self.status), self.summary));
@@ -156,12 +193,24 @@ mod tests {
     }
 
     fn ctx() -> Context {
-        Context { config_path: "c.json".into(), config: Err(Problems::default()) }
+        Context {
+            config_path: "c.json".into(),
+            config: Err(Problems::default()),
+        }
     }
 
     #[test]
     fn status_is_the_worst_finding_not_ignored() {
-        let checks = [Check { name: "failing", run: failing }, Check { name: "warning", run: warning }];
+        let checks = [
+            Check {
+                name: "failing",
+                run: failing,
+            },
+            Check {
+                name: "warning",
+                run: warning,
+            },
+        ];
         assert_eq!(run(&checks, &ctx(), &[]).status, Severity::Error);
         let report = run(&checks, &ctx(), &["failing".into()]);
         assert_eq!(report.status, Severity::Warning);
@@ -171,7 +220,14 @@ mod tests {
 
     #[test]
     fn json_report_has_the_spec_fields() {
-        let report = run(&[Check { name: "failing", run: failing }], &ctx(), &[]);
+        let report = run(
+            &[Check {
+                name: "failing",
+                run: failing,
+            }],
+            &ctx(),
+            &[],
+        );
         let json = serde_json::to_value(&report).unwrap();
         assert_eq!(json["status"], "error");
         assert_eq!(

@@ -77,7 +77,12 @@ impl TemplateContext {
 fn environment() -> Environment<'static> {
     let mut env = Environment::new();
     env.set_undefined_behavior(UndefinedBehavior::Strict);
-    env.set_syntax(SyntaxConfig::builder().keep_trailing_newline(true).build().expect("default delimiters are valid"));
+    env.set_syntax(
+        SyntaxConfig::builder()
+            .keep_trailing_newline(true)
+            .build()
+            .expect("default delimiters are valid"),
+    );
     // A template that loops forever must fail, not hang the agent.
     env.set_fuel(Some(1_000_000));
     env
@@ -86,12 +91,16 @@ fn environment() -> Environment<'static> {
 fn render_template(template: &str, ctx: &TemplateContext) -> Result<String, CorefileError> {
     let env = environment();
     let message = |e: minijinja::Error| {
-        let line = e.line().map(|l| format!(" (template line {l})")).unwrap_or_default();
+        let line = e
+            .line()
+            .map(|l| format!(" (template line {l})"))
+            .unwrap_or_default();
         let detail = e.detail().map(|d| format!(": {d}")).unwrap_or_default();
         CorefileError::Template(format!("{}{detail}{line}", e.kind()))
     };
     let tmpl = env.template_from_str(template).map_err(message)?;
-    tmpl.render(minijinja::Value::from(minijinja::value::Serde(ctx))).map_err(message)
+    tmpl.render(minijinja::Value::from(minijinja::value::Serde(ctx)))
+        .map_err(message)
 }
 
 /// Checks that a template parses and uses only known variables (validation time).
@@ -113,11 +122,15 @@ pub fn check(corefile: &str, metrics_address: &str) -> Result<(), CorefileError>
     let blocks = server_blocks(corefile)?;
     for b in &blocks {
         if !b.directives.iter().any(|d| d[0] == "bind" && d.len() > 1) {
-            return Err(CorefileError::NoBind { keys: b.keys.join(" ") });
+            return Err(CorefileError::NoBind {
+                keys: b.keys.join(" "),
+            });
         }
     }
     if !blocks.iter().any(|b| b.has_prometheus_on(metrics_address)) {
-        return Err(CorefileError::NoPrometheus { address: metrics_address.to_owned() });
+        return Err(CorefileError::NoPrometheus {
+            address: metrics_address.to_owned(),
+        });
     }
     Ok(())
 }
@@ -131,7 +144,9 @@ pub struct ServerBlock {
 
 impl ServerBlock {
     pub fn has_prometheus_on(&self, address: &str) -> bool {
-        self.directives.iter().any(|d| d[0] == "prometheus" && d.get(1).map(String::as_str) == Some(address))
+        self.directives
+            .iter()
+            .any(|d| d[0] == "prometheus" && d.get(1).map(String::as_str) == Some(address))
     }
 
     /// The addresses of its `bind` directives.
@@ -162,10 +177,16 @@ pub fn server_blocks(corefile: &str) -> Result<Vec<ServerBlock>, CorefileError> 
                 "{" => {
                     if depth == 0 {
                         if keys.is_empty() {
-                            return Err(CorefileError::Syntax(format!("line {}: `{{` without server keys", n + 1)));
+                            return Err(CorefileError::Syntax(format!(
+                                "line {}: `{{` without server keys",
+                                n + 1
+                            )));
                         }
                         is_snippet = keys[0].starts_with('(');
-                        current = Some(ServerBlock { keys: std::mem::take(&mut keys), directives: Vec::new() });
+                        current = Some(ServerBlock {
+                            keys: std::mem::take(&mut keys),
+                            directives: Vec::new(),
+                        });
                     } else if depth == 1
                         && let (Some(b), false) = (current.as_mut(), words.is_empty())
                     {
@@ -175,7 +196,10 @@ pub fn server_blocks(corefile: &str) -> Result<Vec<ServerBlock>, CorefileError> 
                 }
                 "}" => {
                     if depth == 0 {
-                        return Err(CorefileError::Syntax(format!("line {}: `}}` without a block", n + 1)));
+                        return Err(CorefileError::Syntax(format!(
+                            "line {}: `}}` without a block",
+                            n + 1
+                        )));
                     }
                     depth -= 1;
                     if depth == 0
@@ -204,7 +228,9 @@ pub fn server_blocks(corefile: &str) -> Result<Vec<ServerBlock>, CorefileError> 
         }
     }
     if depth != 0 || !keys.is_empty() {
-        return Err(CorefileError::Syntax("unbalanced braces or server keys without a block".into()));
+        return Err(CorefileError::Syntax(
+            "unbalanced braces or server keys without a block".into(),
+        ));
     }
     Ok(blocks)
 }
@@ -249,33 +275,56 @@ mod tests {
         let blocks = server_blocks(text).unwrap();
         assert_eq!(blocks.len(), 2);
         assert_eq!(blocks[0].keys, ["example.org:53"]);
-        assert_eq!(blocks[0].directives, [vec!["bind", "10.0.0.1"], vec!["forward", ".", "1.1.1.1"]]);
+        assert_eq!(
+            blocks[0].directives,
+            [vec!["bind", "10.0.0.1"], vec!["forward", ".", "1.1.1.1"]]
+        );
         assert_eq!(blocks[1].binds(), [Ipv4Addr::new(10, 0, 0, 2)]);
     }
 
     #[test]
     fn unbalanced_braces_are_a_syntax_error() {
-        assert!(matches!(server_blocks(".:53 {\n bind 1.2.3.4\n"), Err(CorefileError::Syntax(_))));
+        assert!(matches!(
+            server_blocks(".:53 {\n bind 1.2.3.4\n"),
+            Err(CorefileError::Syntax(_))
+        ));
         assert!(matches!(server_blocks("}\n"), Err(CorefileError::Syntax(_))));
     }
 
     #[test]
     fn a_block_without_bind_fails_the_check() {
         let text = ".:53 {\n bind 10.0.0.1\n prometheus 10.0.0.1:9253\n}\nexample.org:53 {\n whoami\n}\n";
-        assert_eq!(check(text, "10.0.0.1:9253"), Err(CorefileError::NoBind { keys: "example.org:53".into() }));
+        assert_eq!(
+            check(text, "10.0.0.1:9253"),
+            Err(CorefileError::NoBind {
+                keys: "example.org:53".into()
+            })
+        );
     }
 
     #[test]
     fn prometheus_elsewhere_than_the_metrics_address_fails_the_check() {
         let text = ".:53 {\n bind 10.0.0.1\n prometheus :9153\n}\n";
-        assert!(matches!(check(text, "10.0.0.1:9253"), Err(CorefileError::NoPrometheus { .. })));
-        assert_eq!(check(".:53 {\n bind 10.0.0.1\n prometheus 10.0.0.1:9253\n}\n", "10.0.0.1:9253"), Ok(()));
+        assert!(matches!(
+            check(text, "10.0.0.1:9253"),
+            Err(CorefileError::NoPrometheus { .. })
+        ));
+        assert_eq!(
+            check(
+                ".:53 {\n bind 10.0.0.1\n prometheus 10.0.0.1:9253\n}\n",
+                "10.0.0.1:9253"
+            ),
+            Ok(())
+        );
     }
 
     #[test]
     fn unknown_variables_and_bad_syntax_are_template_errors() {
         let e = check_template(".:53 {\n bind {{ node_listner }}\n}\n").unwrap_err();
-        assert!(matches!(e, CorefileError::Template(ref m) if m.contains("undefined") && m.contains("line 2")), "{e}");
+        assert!(
+            matches!(e, CorefileError::Template(ref m) if m.contains("undefined") && m.contains("line 2")),
+            "{e}"
+        );
         let e = check_template(".:53 {\n bind {{ node_listener \n}\n").unwrap_err();
         assert!(matches!(e, CorefileError::Template(_)), "{e}");
         assert_eq!(check_template(BUILTIN_TEMPLATE), Ok(()));
@@ -283,8 +332,10 @@ mod tests {
 
     #[test]
     fn a_template_that_never_ends_runs_out_of_fuel() {
-        let e = check_template("{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}")
-            .unwrap_err();
+        let e = check_template(
+            "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}",
+        )
+        .unwrap_err();
         assert!(matches!(e, CorefileError::Template(_)), "{e}");
     }
 }

@@ -56,8 +56,15 @@ impl NotrackRule {
     /// The rule as nft writes it, e.g.
     /// `ip daddr 169.254.10.10 tcp dport 53 notrack comment "unbounded-localdns: skip conntrack"`.
     pub fn text(&self) -> String {
-        let (addr, port) = if self.reply { ("saddr", "sport") } else { ("daddr", "dport") };
-        format!("ip {addr} {} {} {port} 53 notrack comment \"{NFT_COMMENT}\"", self.listener, self.protocol)
+        let (addr, port) = if self.reply {
+            ("saddr", "sport")
+        } else {
+            ("daddr", "dport")
+        };
+        format!(
+            "ip {addr} {} {} {port} 53 notrack comment \"{NFT_COMMENT}\"",
+            self.listener, self.protocol
+        )
     }
 }
 
@@ -69,13 +76,23 @@ pub fn notrack_rules(g: &LocalDnsGoal) -> Vec<NotrackRule> {
     for chain in ["prerouting", "output"] {
         for listener in listeners {
             for protocol in ["tcp", "udp"] {
-                rules.push(NotrackRule { chain, reply: false, listener, protocol });
+                rules.push(NotrackRule {
+                    chain,
+                    reply: false,
+                    listener,
+                    protocol,
+                });
             }
         }
         if chain == "output" && g.notrack_replies {
             for listener in listeners {
                 for protocol in ["tcp", "udp"] {
-                    rules.push(NotrackRule { chain, reply: true, listener, protocol });
+                    rules.push(NotrackRule {
+                        chain,
+                        reply: true,
+                        listener,
+                        protocol,
+                    });
                 }
             }
         }

@@ -14,7 +14,13 @@ pub fn configuration(k: &KubeletGoal) -> Map<String, Value> {
     let mut map = k.configuration.clone();
     map.insert("apiVersion".into(), API_VERSION.into());
     map.insert("kind".into(), KIND.into());
-    map.insert("clusterDNS".into(), k.cluster_dns.iter().map(|ip| Value::from(ip.to_string())).collect());
+    map.insert(
+        "clusterDNS".into(),
+        k.cluster_dns
+            .iter()
+            .map(|ip| Value::from(ip.to_string()))
+            .collect(),
+    );
     if let Some(r) = &k.resolv_conf {
         map.insert("resolvConf".into(), r.clone().into());
     }

@@ -21,7 +21,8 @@ pub use write::{WriteError, write_under};
 use crate::goal::Goal;
 
 /// The first lines of every generated file whose format allows comments.
-pub const HEADER: &str = "# Written by unbounded-agent (LocalDNS) from the agent config; edits are overwritten.\n";
+pub const HEADER: &str =
+    "# Written by unbounded-agent (LocalDNS) from the agent config; edits are overwritten.\n";
 
 /// Where a file lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -120,7 +121,10 @@ impl Builder<'_> {
 /// configuration is rendered (its `clusterDNS` is then `Cluster.ClusterDNS`).
 pub fn render(goal: &Goal) -> Result<Rendered, RenderError> {
     use paths::*;
-    let mut b = Builder { goal, out: Rendered::default() };
+    let mut b = Builder {
+        goal,
+        out: Rendered::default(),
+    };
     if let Some(l) = &goal.local_dns {
         let resolv = machine::resolv_conf(l);
         b.file(Place::Machine, COREFILE, corefile::render(l)?);
@@ -130,12 +134,24 @@ pub fn render(goal: &Goal) -> Result<Rendered, RenderError> {
         b.file(Place::Machine, ENVIRONMENT, machine::environment(l));
         b.file(Place::Machine, LOCALDNS_SERVICE, units::service());
         b.file(Place::Machine, LOCALDNS_SLICE, units::slice(l));
-        b.file(Place::Machine, CONTAINERD_DROP_IN, units::requires_localdns_drop_in());
-        b.file(Place::Machine, KUBELET_DROP_IN, units::requires_localdns_drop_in());
+        b.file(
+            Place::Machine,
+            CONTAINERD_DROP_IN,
+            units::requires_localdns_drop_in(),
+        );
+        b.file(
+            Place::Machine,
+            KUBELET_DROP_IN,
+            units::requires_localdns_drop_in(),
+        );
         b.link(Place::Machine, LOCALDNS_SERVICE_WANTS_LINK, LOCALDNS_SERVICE);
         b.link(Place::Machine, RESOLVED_MASK_LINK, "/dev/null");
     }
-    b.file(Place::Machine, KUBELET_CONFIG, kubelet::config_yaml(&goal.kubelet)?);
+    b.file(
+        Place::Machine,
+        KUBELET_CONFIG,
+        kubelet::config_yaml(&goal.kubelet)?,
+    );
     if let Some(l) = &goal.local_dns {
         b.file(Place::Host, NETWORK_UNIT, host::network_unit(goal));
         b.file(Place::Host, &nspawn_drop_in(goal.slot), host::nspawn_drop_in());
@@ -144,3 +160,6 @@ pub fn render(goal: &Goal) -> Result<Rendered, RenderError> {
     }
     Ok(b.out)
 }
+
+#[cfg(test)]
+mod tests;

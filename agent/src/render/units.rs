@@ -73,7 +73,11 @@ MemoryMax={}M
 /// Millicores as a systemd CPU percentage: 2000 → `200%`, 2008 → `200.8%`, 5 → `0.5%`.
 pub fn cpu_quota(millicores: u32) -> String {
     let (whole, tenth) = (millicores / 10, millicores % 10);
-    if tenth == 0 { format!("{whole}%") } else { format!("{whole}.{tenth}%") }
+    if tenth == 0 {
+        format!("{whole}%")
+    } else {
+        format!("{whole}.{tenth}%")
+    }
 }
 
 /// `containerd.service.d/05-localdns.conf` and `kubelet.service.d/05-localdns.conf`.

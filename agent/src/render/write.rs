@@ -26,17 +26,25 @@ pub fn under(root: &Path, absolute: &Path) -> PathBuf {
 pub fn write_under(root: &Path, rendered: &Rendered) -> Result<(), WriteError> {
     for f in &rendered.files {
         let path = under(root, &f.path);
-        write_atomic(&path, &f.contents, f.mode).map_err(|source| WriteError { path: path.clone(), source })?;
+        write_atomic(&path, &f.contents, f.mode).map_err(|source| WriteError {
+            path: path.clone(),
+            source,
+        })?;
     }
     for l in &rendered.links {
         let path = under(root, &l.path);
-        link_atomic(&path, &l.target).map_err(|source| WriteError { path: path.clone(), source })?;
+        link_atomic(&path, &l.target).map_err(|source| WriteError {
+            path: path.clone(),
+            source,
+        })?;
     }
     Ok(())
 }
 
 fn parent(path: &Path) -> std::io::Result<&Path> {
-    let dir = path.parent().ok_or_else(|| std::io::Error::other("path has no parent directory"))?;
+    let dir = path
+        .parent()
+        .ok_or_else(|| std::io::Error::other("path has no parent directory"))?;
     std::fs::create_dir_all(dir)?;
     Ok(dir)
 }
@@ -46,7 +54,8 @@ pub fn write_atomic(path: &Path, contents: &[u8], mode: u32) -> std::io::Result<
     let dir = parent(path)?;
     let mut tmp = tempfile::Builder::new().prefix(".unbounded-").tempfile_in(dir)?;
     tmp.write_all(contents)?;
-    tmp.as_file().set_permissions(std::fs::Permissions::from_mode(mode))?;
+    tmp.as_file()
+        .set_permissions(std::fs::Permissions::from_mode(mode))?;
     tmp.as_file().sync_all()?;
     tmp.persist(path).map_err(|e| e.error)?;
     Ok(())
@@ -58,7 +67,10 @@ pub fn link_atomic(path: &Path, target: &Path) -> std::io::Result<()> {
         return Ok(());
     }
     let dir = parent(path)?;
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let tmp = dir.join(format!(".unbounded-{name}.{}", std::process::id()));
     let _ = std::fs::remove_file(&tmp);
     std::os::unix::fs::symlink(target, &tmp)?;

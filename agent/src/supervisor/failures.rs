@@ -26,7 +26,11 @@ impl FailureWindow {
     pub const DEFAULT_THRESHOLD: usize = 10;
 
     pub fn new(window: Duration, threshold: usize) -> Self {
-        FailureWindow { window, threshold: threshold.max(1), failures: VecDeque::new() }
+        FailureWindow {
+            window,
+            threshold: threshold.max(1),
+            failures: VecDeque::new(),
+        }
     }
 
     /// Records a failure at `now` and says whether to give up.
@@ -67,10 +71,17 @@ mod tests {
         for i in 0..9 {
             assert_eq!(
                 window.record_failure(start + TICK * i),
-                Verdict::Tolerate { failures_in_window: i as usize + 1 }
+                Verdict::Tolerate {
+                    failures_in_window: i as usize + 1
+                }
             );
         }
-        assert_eq!(window.record_failure(start + TICK * 9), Verdict::GiveUp { failures_in_window: 10 });
+        assert_eq!(
+            window.record_failure(start + TICK * 9),
+            Verdict::GiveUp {
+                failures_in_window: 10
+            }
+        );
     }
 
     #[test]
@@ -81,7 +92,10 @@ mod tests {
         let spacing = Duration::from_secs(67);
         for i in 0..20 {
             let verdict = window.record_failure(start + spacing * i);
-            assert!(matches!(verdict, Verdict::Tolerate { .. }), "failure {i}: {verdict:?}");
+            assert!(
+                matches!(verdict, Verdict::Tolerate { .. }),
+                "failure {i}: {verdict:?}"
+            );
         }
     }
 
@@ -90,8 +104,14 @@ mod tests {
         let start = Instant::now();
         let mut window = FailureWindow::new(Duration::from_secs(10), 2);
         assert!(matches!(window.record_failure(start), Verdict::Tolerate { .. }));
-        assert!(matches!(window.record_failure(start + Duration::from_secs(10)), Verdict::Tolerate { .. }));
-        assert!(matches!(window.record_failure(start + Duration::from_secs(19)), Verdict::GiveUp { .. }));
+        assert!(matches!(
+            window.record_failure(start + Duration::from_secs(10)),
+            Verdict::Tolerate { .. }
+        ));
+        assert!(matches!(
+            window.record_failure(start + Duration::from_secs(19)),
+            Verdict::GiveUp { .. }
+        ));
     }
 
     #[test]
@@ -101,6 +121,11 @@ mod tests {
         let mut window = FailureWindow::new(Duration::from_secs(600), 3);
         window.record_failure(start);
         window.record_failure(start + TICK * 5);
-        assert_eq!(window.record_failure(start + TICK * 10), Verdict::GiveUp { failures_in_window: 3 });
+        assert_eq!(
+            window.record_failure(start + TICK * 10),
+            Verdict::GiveUp {
+                failures_in_window: 3
+            }
+        );
     }
 }

@@ -18,11 +18,17 @@ pub enum ProbeError {
     #[error("GET http://{target}/ready: {reason}")]
     Ready { target: SocketAddrV4, reason: String },
     #[error("DNS query {name} to {target}: {reason}")]
-    Dns { target: SocketAddrV4, name: String, reason: String },
+    Dns {
+        target: SocketAddrV4,
+        name: String,
+        reason: String,
+    },
 }
 
 async fn within<T>(timeout: Duration, fut: impl Future<Output = Result<T, String>>) -> Result<T, String> {
-    tokio::time::timeout(timeout, fut).await.map_err(|_| format!("no answer within {timeout:?}"))?
+    tokio::time::timeout(timeout, fut)
+        .await
+        .map_err(|_| format!("no answer within {timeout:?}"))?
 }
 
 /// The body of an HTTP/1.1 response if its status is 200 (handles `Transfer-Encoding: chunked`).
@@ -83,13 +89,20 @@ pub async fn dns(ip: Ipv4Addr, name: &str, timeout: Duration) -> Result<(), Prob
         let socket = UdpSocket::bind(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)))
             .await
             .map_err(|e| format!("bind: {e}"))?;
-        socket.connect(target).await.map_err(|e| format!("connect: {e}"))?;
+        socket
+            .connect(target)
+            .await
+            .map_err(|e| format!("connect: {e}"))?;
         socket.send(&bytes).await.map_err(|e| format!("send: {e}"))?;
         let mut buf = vec![0u8; 4096];
         loop {
             let n = socket.recv(&mut buf).await.map_err(|e| format!("receive: {e}"))?;
-            let Ok(answer) = Message::from_vec(&buf[..n]) else { continue };
-            if answer.metadata.id != query.metadata.id || answer.metadata.message_type != MessageType::Response {
+            let Ok(answer) = Message::from_vec(&buf[..n]) else {
+                continue;
+            };
+            if answer.metadata.id != query.metadata.id
+                || answer.metadata.message_type != MessageType::Response
+            {
                 continue;
             }
             return match answer.metadata.response_code {
@@ -99,7 +112,11 @@ pub async fn dns(ip: Ipv4Addr, name: &str, timeout: Duration) -> Result<(), Prob
         }
     })
     .await
-    .map_err(|reason| ProbeError::Dns { target, name: name.to_owned(), reason })
+    .map_err(|reason| ProbeError::Dns {
+        target,
+        name: name.to_owned(),
+        reason,
+    })
 }
 
 /// Both probes on both listeners; every failure is returned.
@@ -142,10 +159,17 @@ mod tests {
     async fn nothing_listening_fails_both_probes_quickly() {
         // 127.0.0.1:1 and :53 on loopback of this test host: port 1 is never served; a DNS query to
         // a closed UDP port gets ICMP port-unreachable, or no answer within the timeout.
-        let err = ready(Ipv4Addr::LOCALHOST, 1, Duration::from_millis(500)).await.unwrap_err();
+        let err = ready(Ipv4Addr::LOCALHOST, 1, Duration::from_millis(500))
+            .await
+            .unwrap_err();
         assert!(matches!(err, ProbeError::Ready { .. }), "{err}");
         let started = std::time::Instant::now();
-        let _ = dns(Ipv4Addr::new(127, 0, 0, 2), "health-check.localdns.local", Duration::from_millis(300)).await;
+        let _ = dns(
+            Ipv4Addr::new(127, 0, 0, 2),
+            "health-check.localdns.local",
+            Duration::from_millis(300),
+        )
+        .await;
         assert!(started.elapsed() < Duration::from_secs(2));
     }
 }

@@ -59,7 +59,11 @@ pub enum SuperviseError {
 }
 
 fn describe(errors: &[probe::ProbeError]) -> String {
-    errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+    errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 fn start_coredns(settings: &Settings) -> Result<Child, SuperviseError> {
@@ -74,7 +78,10 @@ fn start_coredns(settings: &Settings) -> Result<Child, SuperviseError> {
         .stdin(Stdio::null())
         .kill_on_drop(true)
         .spawn()
-        .map_err(|source| SuperviseError::Spawn { path: settings.coredns.display().to_string(), source })
+        .map_err(|source| SuperviseError::Spawn {
+            path: settings.coredns.display().to_string(),
+            source,
+        })
 }
 
 /// SIGINT to CoreDNS, then wait for it (SIGKILL after the grace period).
@@ -196,9 +203,19 @@ mod tests {
     #[test]
     fn exit_codes_follow_coredns_and_the_rule() {
         assert_eq!(Outcome::Stopped.exit_code(), 0);
-        assert_eq!(Outcome::CoreDnsExited(ExitStatus::from_raw(2 << 8)).exit_code(), 2);
+        assert_eq!(
+            Outcome::CoreDnsExited(ExitStatus::from_raw(2 << 8)).exit_code(),
+            2
+        );
         assert_eq!(Outcome::CoreDnsExited(ExitStatus::from_raw(9)).exit_code(), 137);
         assert_eq!(Outcome::CoreDnsExited(ExitStatus::from_raw(0)).exit_code(), 1);
-        assert_eq!(Outcome::GaveUp { failures: 10, last_error: String::new() }.exit_code(), 4);
+        assert_eq!(
+            Outcome::GaveUp {
+                failures: 10,
+                last_error: String::new()
+            }
+            .exit_code(),
+            4
+        );
     }
 }

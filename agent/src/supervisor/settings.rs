@@ -12,7 +12,11 @@ pub enum SettingsError {
     #[error("environment variable {0} is not set (it comes from /etc/unbounded/localdns/environment)")]
     Missing(&'static str),
     #[error("environment variable {name}={value:?} is not {expected}")]
-    Invalid { name: &'static str, value: String, expected: &'static str },
+    Invalid {
+        name: &'static str,
+        value: String,
+        expected: &'static str,
+    },
 }
 
 /// Everything the supervisor needs to know.
@@ -48,25 +52,47 @@ fn parse<T: std::str::FromStr>(
     value: &str,
     expected: &'static str,
 ) -> Result<T, SettingsError> {
-    value.trim().parse().map_err(|_| SettingsError::Invalid { name, value: value.into(), expected })
+    value.trim().parse().map_err(|_| SettingsError::Invalid {
+        name,
+        value: value.into(),
+        expected,
+    })
 }
 
 impl Settings {
     /// Reads the settings through `var` (the process environment in production, a map in tests).
     pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Settings, SettingsError> {
-        let required = |name: &'static str| var(name).filter(|v| !v.trim().is_empty()).ok_or(SettingsError::Missing(name));
-        let node_listener = parse("LOCALDNS_NODE_LISTENER", &required("LOCALDNS_NODE_LISTENER")?, "an IPv4 address")?;
-        let cluster_listener =
-            parse("LOCALDNS_CLUSTER_LISTENER", &required("LOCALDNS_CLUSTER_LISTENER")?, "an IPv4 address")?;
+        let required = |name: &'static str| {
+            var(name)
+                .filter(|v| !v.trim().is_empty())
+                .ok_or(SettingsError::Missing(name))
+        };
+        let node_listener = parse(
+            "LOCALDNS_NODE_LISTENER",
+            &required("LOCALDNS_NODE_LISTENER")?,
+            "an IPv4 address",
+        )?;
+        let cluster_listener = parse(
+            "LOCALDNS_CLUSTER_LISTENER",
+            &required("LOCALDNS_CLUSTER_LISTENER")?,
+            "an IPv4 address",
+        )?;
         let health_name = required("LOCALDNS_HEALTH_NAME")?.trim().to_owned();
-        if !health_name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.') {
+        if !health_name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
+        {
             return Err(SettingsError::Invalid {
                 name: "LOCALDNS_HEALTH_NAME",
                 value: health_name,
                 expected: "a DNS name",
             });
         }
-        let ready_port = parse("LOCALDNS_READY_PORT", &required("LOCALDNS_READY_PORT")?, "a port number")?;
+        let ready_port = parse(
+            "LOCALDNS_READY_PORT",
+            &required("LOCALDNS_READY_PORT")?,
+            "a port number",
+        )?;
         let metrics_address = match var("LOCALDNS_METRICS_ADDRESS").filter(|v| !v.trim().is_empty()) {
             Some(v) => Some(parse("LOCALDNS_METRICS_ADDRESS", &v, "an IPv4:port address")?),
             None => None,
@@ -79,7 +105,11 @@ impl Settings {
             Some(v) => {
                 let usec: u64 = parse("WATCHDOG_USEC", &v, "a number of microseconds")?;
                 if usec == 0 {
-                    return Err(SettingsError::Invalid { name: "WATCHDOG_USEC", value: v, expected: "positive" });
+                    return Err(SettingsError::Invalid {
+                        name: "WATCHDOG_USEC",
+                        value: v,
+                        expected: "positive",
+                    });
                 }
                 (Duration::from_micros(usec), true)
             }
@@ -156,10 +186,16 @@ mod tests {
     #[test]
     fn environment_file_gives_listeners_and_default_rule() {
         let s = read(&env(&[])).unwrap();
-        assert_eq!(s.listeners(), [Ipv4Addr::new(169, 254, 10, 10), Ipv4Addr::new(169, 254, 10, 11)]);
+        assert_eq!(
+            s.listeners(),
+            [Ipv4Addr::new(169, 254, 10, 10), Ipv4Addr::new(169, 254, 10, 11)]
+        );
         assert_eq!(s.check_interval, Duration::from_secs(12));
         assert!(!s.watchdog_enabled);
-        assert_eq!((s.failure_window, s.failure_threshold), (Duration::from_secs(600), 10));
+        assert_eq!(
+            (s.failure_window, s.failure_threshold),
+            (Duration::from_secs(600), 10)
+        );
         assert_eq!(s.start_timeout, Duration::from_secs(60));
     }
 
@@ -179,13 +215,25 @@ mod tests {
 
     #[test]
     fn malformed_listener_is_named_with_its_value() {
-        let err = read(&env(&[("LOCALDNS_CLUSTER_LISTENER", "169.254.10")])).unwrap_err().to_string();
-        assert!(err.contains("LOCALDNS_CLUSTER_LISTENER") && err.contains("169.254.10"), "{err}");
+        let err = read(&env(&[("LOCALDNS_CLUSTER_LISTENER", "169.254.10")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("LOCALDNS_CLUSTER_LISTENER") && err.contains("169.254.10"),
+            "{err}"
+        );
     }
 
     #[test]
     fn failure_rule_can_be_overridden_for_tests() {
-        let s = read(&env(&[("LOCALDNS_FAILURE_WINDOW_SECS", "5"), ("LOCALDNS_FAILURE_THRESHOLD", "3")])).unwrap();
-        assert_eq!((s.failure_window, s.failure_threshold), (Duration::from_secs(5), 3));
+        let s = read(&env(&[
+            ("LOCALDNS_FAILURE_WINDOW_SECS", "5"),
+            ("LOCALDNS_FAILURE_THRESHOLD", "3"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            (s.failure_window, s.failure_threshold),
+            (Duration::from_secs(5), 3)
+        );
     }
 }

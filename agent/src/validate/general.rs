@@ -18,7 +18,11 @@ pub fn url(s: &str) -> Result<(), String> {
 /// An `https://` URL (the API server).
 pub fn https_url(s: &str) -> Result<(), String> {
     url(s)?;
-    if s.starts_with("https://") { Ok(()) } else { Err(format!("{s:?} must use https://")) }
+    if s.starts_with("https://") {
+        Ok(())
+    } else {
+        Err(format!("{s:?} must use https://"))
+    }
 }
 
 /// 64 hex digits; returned lowercase.
@@ -32,7 +36,8 @@ pub fn sha256(s: &str) -> Result<String, String> {
 
 /// A Kubernetes bootstrap token, `[a-z0-9]{6}.[a-z0-9]{16}`.
 pub fn bootstrap_token(s: &str) -> Result<(), String> {
-    let ok = |p: &str, n: usize| p.len() == n && p.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+    let ok =
+        |p: &str, n: usize| p.len() == n && p.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
     match s.split_once('.') {
         Some((id, secret)) if ok(id, 6) && ok(secret, 16) => Ok(()),
         // The token is a secret: never echo it.
@@ -57,7 +62,8 @@ fn label_name(s: &str) -> bool {
         && s.len() <= 63
         && s.starts_with(|c: char| c.is_ascii_alphanumeric())
         && s.ends_with(|c: char| c.is_ascii_alphanumeric())
-        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
 }
 
 /// A label or taint key: `[prefix/]name`, prefix a DNS name.
@@ -70,7 +76,9 @@ pub fn label_key(s: &str) -> Result<(), String> {
     if prefix_ok && label_name(name) {
         Ok(())
     } else {
-        Err(format!("{s:?} is not a label key ([prefix/]name, name 1-63 of [A-Za-z0-9._-])"))
+        Err(format!(
+            "{s:?} is not a label key ([prefix/]name, name 1-63 of [A-Za-z0-9._-])"
+        ))
     }
 }
 
@@ -89,10 +97,14 @@ pub fn taint(s: &str) -> Result<(), String> {
         return Err(format!("{s:?} is not a taint (key[=value]:Effect)"));
     };
     if !["NoSchedule", "PreferNoSchedule", "NoExecute"].contains(&effect) {
-        return Err(format!("{s:?}: effect {effect:?} is not NoSchedule, PreferNoSchedule or NoExecute"));
+        return Err(format!(
+            "{s:?}: effect {effect:?} is not NoSchedule, PreferNoSchedule or NoExecute"
+        ));
     }
     let (key, value) = kv.split_once('=').unwrap_or((kv, ""));
-    label_key(key).and_then(|()| label_value(value)).map_err(|e| format!("{s:?}: {e}"))
+    label_key(key)
+        .and_then(|()| label_value(value))
+        .map_err(|e| format!("{s:?}: {e}"))
 }
 
 /// Text that must fit on one line of a generated file.

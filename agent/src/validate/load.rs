@@ -132,7 +132,11 @@ mod tests {
     use super::*;
 
     fn lines(text: &str) -> Vec<String> {
-        load_str(text).unwrap_err().iter().map(ToString::to_string).collect()
+        load_str(text)
+            .unwrap_err()
+            .iter()
+            .map(ToString::to_string)
+            .collect()
     }
 
     #[test]
@@ -144,7 +148,11 @@ mod tests {
         assert_eq!(
             got,
             // serde_json keeps object keys sorted, so problems come in that order.
-            ["Bogus: unknown field", "ContainerImages[1].Reff: unknown field", "LocalDNS.NodeListenerIp: unknown field"]
+            [
+                "Bogus: unknown field",
+                "ContainerImages[1].Reff: unknown field",
+                "LocalDNS.NodeListenerIp: unknown field"
+            ]
         );
     }
 
@@ -152,9 +160,18 @@ mod tests {
     fn every_wrongly_typed_value_is_reported_in_one_run() {
         let got = lines(r#"{"NodeName": 3, "LocalDNS": {"Enabled": "yes", "MemoryLimitInMB": 1.5}, "X": 1}"#);
         assert_eq!(got.len(), 4, "{got:#?}");
-        assert!(got[0].starts_with("LocalDNS.Enabled: invalid type: string \"yes\""), "{got:#?}");
-        assert!(got[1].starts_with("LocalDNS.MemoryLimitInMB: invalid type: floating point"), "{got:#?}");
-        assert!(got[2].starts_with("NodeName: invalid type: integer `3`"), "{got:#?}");
+        assert!(
+            got[0].starts_with("LocalDNS.Enabled: invalid type: string \"yes\""),
+            "{got:#?}"
+        );
+        assert!(
+            got[1].starts_with("LocalDNS.MemoryLimitInMB: invalid type: floating point"),
+            "{got:#?}"
+        );
+        assert!(
+            got[2].starts_with("NodeName: invalid type: integer `3`"),
+            "{got:#?}"
+        );
         assert_eq!(got[3], "X: unknown field");
     }
 
@@ -162,7 +179,10 @@ mod tests {
     fn a_bad_list_element_is_reported_with_its_index() {
         let got = lines(r#"{"Kubelet": {"RegisterWithTaints": ["a:NoSchedule", 5]}}"#);
         assert_eq!(got.len(), 1);
-        assert!(got[0].starts_with("Kubelet.RegisterWithTaints[1]: invalid type"), "{got:#?}");
+        assert!(
+            got[0].starts_with("Kubelet.RegisterWithTaints[1]: invalid type"),
+            "{got:#?}"
+        );
     }
 
     #[test]
@@ -173,7 +193,8 @@ mod tests {
 
     #[test]
     fn kubelet_configuration_accepts_any_keys() {
-        let raw = load_str(r#"{"Kubelet": {"Configuration": {"maxPods": 50, "anything": {"x": 1}}}}"#).unwrap();
+        let raw =
+            load_str(r#"{"Kubelet": {"Configuration": {"maxPods": 50, "anything": {"x": 1}}}}"#).unwrap();
         assert_eq!(raw.kubelet.unwrap().configuration["maxPods"], 50);
     }
 }

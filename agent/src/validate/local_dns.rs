@@ -14,20 +14,39 @@ const P: &str = "LocalDNS";
 
 /// Checks an enabled `LocalDNS` section. `cluster_dns` is `Cluster.ClusterDNS`
 /// when it was valid, so the listeners can be compared with it.
-pub fn check(raw: &LocalDnsConfig, cluster_dns: Option<UnicastIpv4>, problems: &mut Problems) -> Option<LocalDns> {
+pub fn check(
+    raw: &LocalDnsConfig,
+    cluster_dns: Option<UnicastIpv4>,
+    problems: &mut Problems,
+) -> Option<LocalDns> {
     let before = problems.0.len();
-    let node = listener(raw.node_listener_ip.as_deref(), DEFAULT_NODE_LISTENER, "NodeListenerIP", problems);
-    let cluster =
-        listener(raw.cluster_listener_ip.as_deref(), DEFAULT_CLUSTER_LISTENER, "ClusterListenerIP", problems);
+    let node = listener(
+        raw.node_listener_ip.as_deref(),
+        DEFAULT_NODE_LISTENER,
+        "NodeListenerIP",
+        problems,
+    );
+    let cluster = listener(
+        raw.cluster_listener_ip.as_deref(),
+        DEFAULT_CLUSTER_LISTENER,
+        "ClusterListenerIP",
+        problems,
+    );
     if let (Some(n), Some(c)) = (node, cluster)
         && n == c
     {
-        problems.push(format!("{P}.ClusterListenerIP"), format!("{c} must differ from LocalDNS.NodeListenerIP"));
+        problems.push(
+            format!("{P}.ClusterListenerIP"),
+            format!("{c} must differ from LocalDNS.NodeListenerIP"),
+        );
     }
     if let Some(dns) = cluster_dns {
         for (ip, name) in [(node, "NodeListenerIP"), (cluster, "ClusterListenerIP")] {
             if ip == Some(dns) {
-                problems.push("Cluster.ClusterDNS", format!("{dns} must differ from LocalDNS.{name}"));
+                problems.push(
+                    "Cluster.ClusterDNS",
+                    format!("{dns} must differ from LocalDNS.{name}"),
+                );
             }
         }
     }
@@ -43,14 +62,30 @@ pub fn check(raw: &LocalDnsConfig, cluster_dns: Option<UnicastIpv4>, problems: &
         },
     };
 
-    let cpu = positive(raw.cpu_limit_in_milli_cores, DEFAULT_CPU_LIMIT_MILLICORES, "CPULimitInMilliCores", problems);
-    let mem = positive(raw.memory_limit_in_mb, DEFAULT_MEMORY_LIMIT_MB, "MemoryLimitInMB", problems);
+    let cpu = positive(
+        raw.cpu_limit_in_milli_cores,
+        DEFAULT_CPU_LIMIT_MILLICORES,
+        "CPULimitInMilliCores",
+        problems,
+    );
+    let mem = positive(
+        raw.memory_limit_in_mb,
+        DEFAULT_MEMORY_LIMIT_MB,
+        "MemoryLimitInMB",
+        problems,
+    );
     let required_plugins = plugins(raw.required_plugins.as_deref().unwrap_or_default(), problems);
 
     if let Some(t) = &raw.corefile_template {
         let path = format!("{P}.CorefileTemplate");
         if t.len() > MAX_COREFILE_TEMPLATE_BYTES {
-            problems.push(path, format!("is {} bytes; at most {MAX_COREFILE_TEMPLATE_BYTES} (64 KiB)", t.len()));
+            problems.push(
+                path,
+                format!(
+                    "is {} bytes; at most {MAX_COREFILE_TEMPLATE_BYTES} (64 KiB)",
+                    t.len()
+                ),
+            );
         } else if t.trim().is_empty() {
             problems.push(path, "is empty; leave it out to use the built-in template");
         } else if let Err(e) = crate::render::corefile::check_template(t) {
@@ -73,12 +108,19 @@ pub fn check(raw: &LocalDnsConfig, cluster_dns: Option<UnicastIpv4>, problems: &
     })
 }
 
-fn listener(raw: Option<&str>, default: std::net::Ipv4Addr, name: &str, problems: &mut Problems) -> Option<UnicastIpv4> {
+fn listener(
+    raw: Option<&str>,
+    default: std::net::Ipv4Addr,
+    name: &str,
+    problems: &mut Problems,
+) -> Option<UnicastIpv4> {
     let parsed = match raw {
         None => UnicastIpv4::try_from(default),
         Some(s) => s.parse(),
     };
-    parsed.map_err(|e| problems.push(format!("{P}.{name}"), e.to_string())).ok()
+    parsed
+        .map_err(|e| problems.push(format!("{P}.{name}"), e.to_string()))
+        .ok()
 }
 
 fn positive(raw: Option<i64>, default: u32, name: &str, problems: &mut Problems) -> Option<u32> {
@@ -86,7 +128,10 @@ fn positive(raw: Option<i64>, default: u32, name: &str, problems: &mut Problems)
         None => Some(default),
         Some(v) if v > 0 && v <= i64::from(u32::MAX) => Some(v as u32),
         Some(v) if v > 0 => {
-            problems.push(format!("{P}.{name}"), format!("{v} is too large (at most {})", u32::MAX));
+            problems.push(
+                format!("{P}.{name}"),
+                format!("{v} is too large (at most {})", u32::MAX),
+            );
             None
         }
         Some(v) => {

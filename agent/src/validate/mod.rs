@@ -8,7 +8,7 @@ mod local_dns;
 mod problems;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::net::IpAddr;
 
@@ -39,7 +39,10 @@ pub fn parse_value(value: serde_json::Value) -> Result<Config, Problems> {
             // report it again as missing.
             let reported: Vec<String> = problems.iter().map(|p| p.path.clone()).collect();
             for p in more.0 {
-                if !reported.iter().any(|r| p.path == *r || p.path.starts_with(&format!("{r}."))) {
+                if !reported
+                    .iter()
+                    .any(|r| p.path == *r || p.path.starts_with(&format!("{r}.")))
+                {
                     problems.0.push(p);
                 }
             }
@@ -52,19 +55,28 @@ pub fn parse_value(value: serde_json::Value) -> Result<Config, Problems> {
 pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
     let mut p = Problems::default();
 
-    let node_name = required(raw.node_name.as_deref(), "NodeName", &mut p).and_then(|s| dns_name(s, "NodeName", &mut p));
+    let node_name =
+        required(raw.node_name.as_deref(), "NodeName", &mut p).and_then(|s| dns_name(s, "NodeName", &mut p));
     let machine_name = match raw.machine_name.as_deref() {
         Some(s) => dns_name(s, "MachineName", &mut p),
         None => node_name.clone(),
     };
 
     let cluster_raw = raw.cluster.clone().unwrap_or_default();
-    let ca = required(cluster_raw.ca_cert_base64.as_deref(), "Cluster.CaCertBase64", &mut p);
+    let ca = required(
+        cluster_raw.ca_cert_base64.as_deref(),
+        "Cluster.CaCertBase64",
+        &mut p,
+    );
     if let Some(ca) = ca {
         check(general::ca_cert_base64(ca), "Cluster.CaCertBase64", &mut p);
     }
-    let cluster_dns = required(cluster_raw.cluster_dns.as_deref(), "Cluster.ClusterDNS", &mut p)
-        .and_then(|s| s.parse::<UnicastIpv4>().map_err(|e| p.push("Cluster.ClusterDNS", e.to_string())).ok());
+    let cluster_dns =
+        required(cluster_raw.cluster_dns.as_deref(), "Cluster.ClusterDNS", &mut p).and_then(|s| {
+            s.parse::<UnicastIpv4>()
+                .map_err(|e| p.push("Cluster.ClusterDNS", e.to_string()))
+                .ok()
+        });
     let cluster_version = version(cluster_raw.version.as_deref(), "Cluster.Version", &mut p);
 
     let kubelet = kubelet(raw, &mut p);
@@ -85,21 +97,43 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
     let mut container_images = Vec::new();
     for (i, c) in raw.container_images.iter().enumerate() {
         let at = index("ContainerImages", i);
-        let reference =
-            required(c.reference.as_deref(), &field(&at, "Ref"), &mut p).and_then(|r| check(general::one_line(r), &field(&at, "Ref"), &mut p).map(|()| r.to_owned()));
-        let url = c.url.as_deref().and_then(|u| check(general::url(u), &field(&at, "URL"), &mut p).map(|()| u.to_owned()));
-        let sha256 = c.sha256.as_deref().and_then(|s| check(general::sha256(s), &field(&at, "SHA256"), &mut p));
+        let reference = required(c.reference.as_deref(), &field(&at, "Ref"), &mut p)
+            .and_then(|r| check(general::one_line(r), &field(&at, "Ref"), &mut p).map(|()| r.to_owned()));
+        let url = c
+            .url
+            .as_deref()
+            .and_then(|u| check(general::url(u), &field(&at, "URL"), &mut p).map(|()| u.to_owned()));
+        let sha256 = c
+            .sha256
+            .as_deref()
+            .and_then(|s| check(general::sha256(s), &field(&at, "SHA256"), &mut p));
         if let Some(reference) = reference {
-            container_images.push(ContainerImage { reference, url, sha256 });
+            container_images.push(ContainerImage {
+                reference,
+                url,
+                sha256,
+            });
         }
     }
 
-    let offline_source = raw.offline_artifacts.as_ref().and_then(|o| o.source.as_deref()).and_then(|s| {
-        let path = "OfflineArtifacts.Source";
-        let ok = if s.starts_with('/') { general::one_line(s) } else { general::url(s) };
-        check(ok.map_err(|e| format!("{e} (an absolute directory path or an http(s) URL)")), path, &mut p)
+    let offline_source = raw
+        .offline_artifacts
+        .as_ref()
+        .and_then(|o| o.source.as_deref())
+        .and_then(|s| {
+            let path = "OfflineArtifacts.Source";
+            let ok = if s.starts_with('/') {
+                general::one_line(s)
+            } else {
+                general::url(s)
+            };
+            check(
+                ok.map_err(|e| format!("{e} (an absolute directory path or an http(s) URL)")),
+                path,
+                &mut p,
+            )
             .map(|()| s.to_owned())
-    });
+        });
 
     let host_prefix = raw
         .host_prefix
@@ -126,7 +160,11 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
     Ok(Config {
         machine_name,
         node_name,
-        cluster: Cluster { ca_cert_base64: ca.trim().to_owned(), cluster_dns, version: cluster_version },
+        cluster: Cluster {
+            ca_cert_base64: ca.trim().to_owned(),
+            cluster_dns,
+            version: cluster_version,
+        },
         kubelet,
         downloads,
         machine_image,
@@ -168,25 +206,39 @@ fn source(raw: Option<&DownloadSource>, path: &str, p: &mut Problems) -> Source 
     let url = raw.url.as_deref().and_then(|u| {
         // `{version}` and `{arch}` are placeholders, replaced before use.
         let probe = u.replace("{version}", "0.0.0").replace("{arch}", "amd64");
-        check(general::url(&probe).map_err(|_| format!("{u:?} is not an http:// or https:// URL")), &field(path, "URL"), p)
-            .map(|()| u.to_owned())
+        check(
+            general::url(&probe).map_err(|_| format!("{u:?} is not an http:// or https:// URL")),
+            &field(path, "URL"),
+            p,
+        )
+        .map(|()| u.to_owned())
     });
     let base_url = raw.base_url.as_deref().and_then(|u| {
         check(general::url(u), &field(path, "BaseURL"), p).map(|()| u.trim_end_matches('/').to_owned())
     });
-    Source { url, base_url, version: version(raw.version.as_deref(), &field(path, "Version"), p) }
+    Source {
+        url,
+        base_url,
+        version: version(raw.version.as_deref(), &field(path, "Version"), p),
+    }
 }
 
 fn kubelet(raw: &RawConfig, p: &mut Problems) -> Option<Kubelet> {
     let k = raw.kubelet.clone().unwrap_or_default();
-    let api_server = required(k.api_server.as_deref(), "Kubelet.ApiServer", p)
-        .and_then(|s| check(general::https_url(s), "Kubelet.ApiServer", p).map(|()| s.trim_end_matches('/').to_owned()));
+    let api_server = required(k.api_server.as_deref(), "Kubelet.ApiServer", p).and_then(|s| {
+        check(general::https_url(s), "Kubelet.ApiServer", p).map(|()| s.trim_end_matches('/').to_owned())
+    });
     let token = k.auth.as_ref().and_then(|a| a.bootstrap_token.as_deref());
-    let bootstrap_token = required(token, "Kubelet.Auth.BootstrapToken", p)
-        .and_then(|t| check(general::bootstrap_token(t), "Kubelet.Auth.BootstrapToken", p).map(|()| t.to_owned()));
+    let bootstrap_token = required(token, "Kubelet.Auth.BootstrapToken", p).and_then(|t| {
+        check(general::bootstrap_token(t), "Kubelet.Auth.BootstrapToken", p).map(|()| t.to_owned())
+    });
     for (key, value) in &k.labels {
         let at = format!("Kubelet.Labels.{key}");
-        check(general::label_key(key).and_then(|()| general::label_value(value)), &at, p);
+        check(
+            general::label_key(key).and_then(|()| general::label_value(value)),
+            &at,
+            p,
+        );
     }
     for (i, t) in k.register_with_taints.iter().enumerate() {
         check(general::taint(t), &index("Kubelet.RegisterWithTaints", i), p);
@@ -195,19 +247,29 @@ fn kubelet(raw: &RawConfig, p: &mut Problems) -> Option<Kubelet> {
     if let Some(list) = k.node_ip.as_deref() {
         for part in list.split(',') {
             match part.trim().parse::<IpAddr>() {
-                Ok(ip) if ip.is_unspecified() || ip.is_multicast() || ip.is_loopback() => {
-                    p.push("Kubelet.NodeIP", format!("{ip} is not a unicast, non-loopback address"))
-                }
+                Ok(ip) if ip.is_unspecified() || ip.is_multicast() || ip.is_loopback() => p.push(
+                    "Kubelet.NodeIP",
+                    format!("{ip} is not a unicast, non-loopback address"),
+                ),
                 Ok(ip) => node_ips.push(ip),
-                Err(_) => p.push("Kubelet.NodeIP", format!("{part:?} is not an IP address (comma-separated list)")),
+                Err(_) => p.push(
+                    "Kubelet.NodeIP",
+                    format!("{part:?} is not an IP address (comma-separated list)"),
+                ),
             }
         }
     }
-    for (key, want) in [("apiVersion", "kubelet.config.k8s.io/v1beta1"), ("kind", "KubeletConfiguration")] {
+    for (key, want) in [
+        ("apiVersion", "kubelet.config.k8s.io/v1beta1"),
+        ("kind", "KubeletConfiguration"),
+    ] {
         if let Some(v) = k.configuration.get(key)
             && v.as_str() != Some(want)
         {
-            p.push(format!("Kubelet.Configuration.{key}"), format!("must be {want:?} (or left out)"));
+            p.push(
+                format!("Kubelet.Configuration.{key}"),
+                format!("must be {want:?} (or left out)"),
+            );
         }
     }
     Some(Kubelet {

@@ -12,13 +12,20 @@ pub struct Problem {
 
 impl Problem {
     pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
-        Problem { path: path.into(), message: message.into() }
+        Problem {
+            path: path.into(),
+            message: message.into(),
+        }
     }
 }
 
 impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let path = if self.path.is_empty() { "<root>" } else { &self.path };
+        let path = if self.path.is_empty() {
+            "<root>"
+        } else {
+            &self.path
+        };
         write!(f, "{path}: {}", self.message.replace('\n', " "))
     }
 }
@@ -60,7 +67,11 @@ impl fmt::Display for Problems {
 
 /// Joins a parent path and a field name: `LocalDNS` + `Enabled` → `LocalDNS.Enabled`.
 pub fn field(parent: &str, name: &str) -> String {
-    if parent.is_empty() { name.to_owned() } else { format!("{parent}.{name}") }
+    if parent.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{parent}.{name}")
+    }
 }
 
 /// Appends a list index: `ContainerImages` + 1 → `ContainerImages[1]`.

@@ -63,7 +63,19 @@ fn the_base_config_is_valid_and_takes_the_defaults() {
     assert_eq!((l.cpu_limit_millicores, l.memory_limit_mb), (2000, 128));
     assert!(l.notrack_replies);
     let plugins: Vec<&str> = l.required_plugins.iter().map(|p| p.as_str()).collect();
-    assert_eq!(plugins, ["bind", "cache", "errors", "forward", "loop", "prometheus", "ready", "whoami"]);
+    assert_eq!(
+        plugins,
+        [
+            "bind",
+            "cache",
+            "errors",
+            "forward",
+            "loop",
+            "prometheus",
+            "ready",
+            "whoami"
+        ]
+    );
     assert_eq!(c.machine_name.as_str(), "node1");
     assert_eq!(c.host_prefix.as_str(), "/usr/local");
 }
@@ -115,7 +127,10 @@ fn the_base_config_is_valid_and_takes_the_defaults() {
 #[case::offline_relative(json!({"OfflineArtifacts": {"Source": "bundle"}}), "OfflineArtifacts.Source: \"bundle\" is not an http:// or https:// URL (an absolute directory path or an http(s) URL)")]
 fn each_rule_reports_its_path_and_reason(#[case] patch: Value, #[case] want: &str) {
     let got = problems(patch);
-    assert!(got.iter().any(|p| p.starts_with(want)), "want a line starting with {want:?}, got {got:#?}");
+    assert!(
+        got.iter().any(|p| p.starts_with(want)),
+        "want a line starting with {want:?}, got {got:#?}"
+    );
 }
 
 #[test]
@@ -127,15 +142,23 @@ fn every_problem_is_reported_in_one_run() {
     }));
     assert_eq!(got.len(), 6, "{got:#?}");
     assert!(got.contains(&"Bogus: unknown field".to_owned()), "{got:#?}");
-    assert!(got.contains(&"LocalDNS.Extra: unknown field".to_owned()), "{got:#?}");
+    assert!(
+        got.contains(&"LocalDNS.Extra: unknown field".to_owned()),
+        "{got:#?}"
+    );
 
     let got = problems(json!({"NodeName": 7, "Kubelet": {"NodeIP": "::1"}}));
-    assert_eq!(got.len(), 2, "a wrongly typed value is not also reported as missing: {got:#?}");
+    assert_eq!(
+        got.len(),
+        2,
+        "a wrongly typed value is not also reported as missing: {got:#?}"
+    );
 }
 
 #[test]
 fn disabled_localdns_is_not_validated() {
-    let c = checked(json!({"LocalDNS": {"Enabled": false, "NodeListenerIP": "nonsense", "MemoryLimitInMB": -1}}));
+    let c =
+        checked(json!({"LocalDNS": {"Enabled": false, "NodeListenerIP": "nonsense", "MemoryLimitInMB": -1}}));
     assert_eq!(c.local_dns, None);
     let c = checked(json!({"LocalDNS": null}));
     assert_eq!(c.local_dns, None);
@@ -149,16 +172,38 @@ fn cluster_dns_may_equal_a_listener_address_when_localdns_is_disabled() {
 #[test]
 fn required_plugins_are_normalised_sorted_and_merged_with_the_baseline() {
     let c = checked(json!({"LocalDNS": {"RequiredPlugins": [" Rewrite", "cache", "hosts"]}}));
-    let names: Vec<String> = c.local_dns.unwrap().required_plugins.iter().map(ToString::to_string).collect();
+    let names: Vec<String> = c
+        .local_dns
+        .unwrap()
+        .required_plugins
+        .iter()
+        .map(ToString::to_string)
+        .collect();
     assert_eq!(
         names,
-        ["bind", "cache", "errors", "forward", "hosts", "loop", "prometheus", "ready", "rewrite", "whoami"]
+        [
+            "bind",
+            "cache",
+            "errors",
+            "forward",
+            "hosts",
+            "loop",
+            "prometheus",
+            "ready",
+            "rewrite",
+            "whoami"
+        ]
     );
 }
 
 #[test]
 fn versions_and_urls_are_normalised() {
-    let c = checked(json!({"Downloads": {"CoreDNS": {"Version": "v1.12.4", "BaseURL": "http://192.168.100.1:8080/coredns/"}}}));
+    let c = checked(
+        json!({"Downloads": {"CoreDNS": {"Version": "v1.12.4", "BaseURL": "http://192.168.100.1:8080/coredns/"}}}),
+    );
     assert_eq!(c.downloads.core_dns.version.unwrap().as_str(), "1.12.4");
-    assert_eq!(c.downloads.core_dns.base_url.unwrap(), "http://192.168.100.1:8080/coredns");
+    assert_eq!(
+        c.downloads.core_dns.base_url.unwrap(),
+        "http://192.168.100.1:8080/coredns"
+    );
 }

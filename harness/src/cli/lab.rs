@@ -1,10 +1,195 @@
-//! `harness lab ...`.
+//! `harness lab ...`: keep a lab with one VM running for work by hand, stop it, list labs.
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use harness::lab::{Lab, LabSpec, netns, owner, signals};
+use harness::vm::{BootImage, RunDir, Vm};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 
 #[derive(clap::Subcommand)]
-pub enum Command {}
+pub enum Command {
+    /// Start lab 0 (namespace `lab-0`, 192.168.100.0/24) with one VM named after the node
+    /// config, and keep it until Ctrl-C or `harness lab down`.
+    ///
+    /// The VM boots from the cached host image (`harness images build` first). The lab's
+    /// upstream DNS server is 192.168.100.1:53 and its artifact server
+    /// http://192.168.100.1:8080; see docs/lab.md.
+    Up {
+        /// The node config (`node-configs/<name>.json`); the VM is named after its `name`
+        /// (default: the file stem).
+        #[arg(default_value = "node-configs/localdns.json")]
+        node_config: PathBuf,
+        /// Only the network and its services, no VM.
+        #[arg(long)]
+        no_vm: bool,
+        /// The lab number (default 0, the one reserved for `lab up`).
+        #[arg(long, default_value_t = 0, hide = true)]
+        lab: u8,
+    },
+    /// Stop the lab `harness lab up` keeps (from another terminal), leaving no process,
+    /// namespace, link or overlay behind.
+    Down {
+        /// The lab number (default 0).
+        #[arg(long, default_value_t = 0, hide = true)]
+        lab: u8,
+        /// How long to wait for the owner to tear the lab down before killing it.
+        #[arg(long, default_value_t = 60)]
+        timeout: u64,
+    },
+    /// List the labs on this machine: owner, VMs, whether they are stale.
+    List,
+}
 
 pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
-    match cmd {}
+    match cmd {
+        Command::Up { node_config, no_vm, lab } => up(&node_config, no_vm, lab),
+        Command::Down { lab, timeout } => down(lab, Duration::from_secs(timeout)),
+        Command::List => list(),
+    }
+}
+
+/// The VM name a node config asks for: its `name`, else the file stem.
+fn node_name(path: &Path) -> anyhow::Result<String> {
+    Ok(harness::node_config::NodeConfig::load(path)?.name().to_string())
+}
+
+fn up(node_config: &Path, no_vm: bool, number: u8) -> anyhow::Result<ExitCode> {
+    let image = if no_vm {
+        None
+    } else {
+        let name = node_name(node_config)?;
+        let cache = harness::cache::Cache::open()?;
+        let image = harness::images::host::require(&cache)?;
+        Some((name, BootImage::from(&image)))
+    };
+    let started = Instant::now();
+    let lab = Lab::start(LabSpec {
+        number: Some(number),
+        ..LabSpec::interactive()
+    })?;
+    let addrs = *lab.addrs();
+    eprintln!(
+        "==> lab {} up in {:.1}s: bridge {}/24, upstream DNS {}, artifacts {} (serving {})",
+        lab.name(),
+        started.elapsed().as_secs_f64(),
+        addrs.bridge_ip(),
+        addrs.dns(),
+        addrs.http_url(),
+        lab.http().root().display()
+    );
+    let vm = match image {
+        None => None,
+        Some((name, image)) => {
+            let mut spec = lab.vm_spec(&name, image)?;
+            let nic = lab.nics().pop().expect("vm_spec attached a NIC");
+            // The repository's build output, read-only at /mnt/lab in the guest.
+            if let Some(target) = std::env::var_os("CARGO_TARGET_DIR") {
+                spec.share = Some(PathBuf::from(target));
+            }
+            eprintln!("==> booting VM {name} at {} ({}) ...", nic.ip, nic.tap);
+            Some(Vm::boot(spec)?)
+        }
+    };
+    let stop = signals::subscribe();
+    print_how_to(&lab, vm.as_ref());
+    let signal = stop.wait();
+    eprintln!("==> signal {signal}: tearing down {}", lab.name());
+    if let Some(vm) = vm {
+        vm.shutdown()?;
+    }
+    lab.shutdown()?;
+    eprintln!("==> lab down: no process, namespace, link or overlay left");
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_how_to(lab: &Lab, vm: Option<&Vm>) {
+    let mut text = format!("\nLab {} is running (owner pid {}).\n", lab.name(), std::process::id());
+    if let Some(vm) = vm {
+        let name = vm.name();
+        text += &format!(
+            "  shell:     harness vm shell {name}            (leave with Ctrl-])\n\
+             \x20 command:   harness vm exec {name} -- uname -a\n\
+             \x20 copy:      harness vm cp ./file {name}:/root/file   |   harness vm cp {name}:/etc/os-release .\n\
+             \x20 console:   {}\n",
+            vm.run_dir().console().display()
+        );
+    }
+    text += &format!(
+        "  in the lab: ip netns exec {} dig @{} <name>\n\
+         \x20 DNS/HTTP logs: {}\n\
+         \x20 stop:      Ctrl-C here, or `harness lab down` from another terminal\n",
+        lab.name(),
+        lab.addrs().bridge_ip(),
+        lab.log_dir().display()
+    );
+    eprintln!("{text}");
+}
+
+fn down(number: u8, timeout: Duration) -> anyhow::Result<ExitCode> {
+    let name = format!("lab-{number}");
+    let owner = owner::read_owner(&name);
+    match owner {
+        Some(o) if o.is_alive() => {
+            eprintln!("==> asking process {} to tear {name} down ...", o.pid);
+            kill(Pid::from_raw(o.pid), Signal::SIGTERM).with_context(|| format!("signalling process {}", o.pid))?;
+            let started = Instant::now();
+            // The owner removes its owner file once the lab is gone, then exits.
+            while o.is_alive() && owner::owner_file(&name).exists() && started.elapsed() < timeout {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            if o.is_alive() && owner::owner_file(&name).exists() {
+                eprintln!("==> process {} did not stop within {timeout:?}; killing it", o.pid);
+                let _ = kill(Pid::from_raw(o.pid), Signal::SIGKILL);
+            }
+        }
+        _ if owner::known_labs().contains(&name) => eprintln!("==> {name} has no live owner; removing it"),
+        _ => {
+            eprintln!("==> {name} is not running");
+        }
+    }
+    let mut problems = {
+        let _lock = owner::lock()?;
+        owner::destroy(&name)
+    };
+    if netns::exists(&name) {
+        problems.push(format!("namespace {name} still exists"));
+    }
+    for dir in [owner::run_dir(&name), owner::state_dir(&name)] {
+        if dir.exists() {
+            problems.push(format!("{} still exists", dir.display()));
+        }
+    }
+    if problems.is_empty() {
+        eprintln!("==> {name} is down: no process, namespace, link or overlay left");
+        Ok(ExitCode::SUCCESS)
+    } else {
+        bail!("{name} left things behind:\n  {}", problems.join("\n  "))
+    }
+}
+
+fn list() -> anyhow::Result<ExitCode> {
+    let labs = owner::known_labs();
+    if labs.is_empty() {
+        println!("no labs");
+    }
+    for name in labs {
+        let state = match owner::read_owner(&name) {
+            Some(o) if o.is_alive() => format!("owner {} ({})", o.pid, netns::cmdline(o.pid)),
+            Some(o) => format!("STALE: owner {} is gone (the next lab to start sweeps it)", o.pid),
+            None => "STALE: no owner file".to_string(),
+        };
+        let vms: Vec<String> = std::fs::read_dir(owner::run_dir(&name).join("vms"))
+            .map(|rd| {
+                rd.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                    .filter(|vm| RunDir::new(&name, vm).running_pid().is_some())
+                    .collect()
+            })
+            .unwrap_or_default();
+        println!("{name}: {state}; VMs: {}", if vms.is_empty() { "none".into() } else { vms.join(", ") });
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -160,7 +160,10 @@ pub fn require(cache: &Cache) -> anyhow::Result<CoreDnsArtifact> {
 }
 
 fn build_into(recipe: &Recipe, out: &Path, log: &Path) -> anyhow::Result<()> {
-    let step = Step::start(format!("building CoreDNS v{} (go install, {})", recipe.version, recipe.go_toolchain));
+    let step = Step::start(format!(
+        "building CoreDNS v{} (go install, {})",
+        recipe.version, recipe.go_toolchain
+    ));
     let recipe_dir = out.join("recipe");
     fs::create_dir_all(&recipe_dir)?;
     fs::write(recipe_dir.join("recipe.env"), RECIPE_ENV)?;
@@ -241,7 +244,9 @@ fn pack(recipe: &Recipe, built: &Path, out: &Path) -> anyhow::Result<()> {
 pub fn write_tarball(binary: &Path, tarball: &Path, mtime: u32) -> anyhow::Result<()> {
     let data = File::open(binary)?;
     let size = data.metadata()?.len();
-    let gz = GzBuilder::new().mtime(mtime).write(File::create(tarball)?, Compression::default());
+    let gz = GzBuilder::new()
+        .mtime(mtime)
+        .write(File::create(tarball)?, Compression::default());
     let mut tar = tar::Builder::new(gz);
     let mut header = tar::Header::new_gnu();
     header.set_path("coredns")?;
@@ -284,7 +289,10 @@ mod tests {
         let recipe = Recipe::pinned().unwrap();
         let minor: u32 = recipe.version.split('.').nth(1).unwrap().parse().unwrap();
         assert!(recipe.version.starts_with("1.") && minor >= 12, "{recipe:?}");
-        assert_eq!(recipe.tarball_name(), format!("coredns_{}_linux_amd64.tgz", recipe.version));
+        assert_eq!(
+            recipe.tarball_name(),
+            format!("coredns_{}_linux_amd64.tgz", recipe.version)
+        );
         assert_eq!(recipe.version, agent::artifact::source::COREDNS_DEFAULT_VERSION);
     }
 
@@ -307,7 +315,11 @@ mod tests {
         write_tarball(&binary, &b, 1_792_549_052).unwrap();
         assert_eq!(fs::read(&a).unwrap(), fs::read(&b).unwrap());
         let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(File::open(&a).unwrap()));
-        let entries: Vec<_> = archive.entries().unwrap().map(|e| e.unwrap().header().clone()).collect();
+        let entries: Vec<_> = archive
+            .entries()
+            .unwrap()
+            .map(|e| e.unwrap().header().clone())
+            .collect();
         assert_eq!(entries.len(), 1);
         assert_eq!(entries[0].path().unwrap().to_str(), Some("coredns"));
         assert_eq!(entries[0].mode().unwrap(), 0o755);
@@ -315,6 +327,9 @@ mod tests {
         assert_eq!(entries[0].mtime().unwrap(), 1_792_549_052);
         let sidecar = write_sidecar(&a).unwrap();
         let text = fs::read_to_string(sidecar).unwrap();
-        assert!(text.ends_with("  a.tgz\n") && text.len() == 64 + 2 + 5 + 1, "{text:?}");
+        assert!(
+            text.ends_with("  a.tgz\n") && text.len() == 64 + 2 + 5 + 1,
+            "{text:?}"
+        );
     }
 }

@@ -58,17 +58,22 @@ impl Owner {
         }
     }
 
-    /// Whether that process still runs (same pid, same start time).
+    /// Whether that process still runs (same pid, same start time, not a zombie).
     pub fn is_alive(&self) -> bool {
-        start_time(self.pid) == Some(self.start_time)
+        matches!(stat(self.pid), Some((state, start)) if state != "Z" && start == self.start_time)
     }
 }
 
-/// Field 22 of `/proc/<pid>/stat`: the process's start time in clock ticks since boot.
-fn start_time(pid: i32) -> Option<u64> {
+/// Fields 3 (state) and 22 (start time in clock ticks since boot) of `/proc/<pid>/stat`.
+fn stat(pid: i32) -> Option<(String, u64)> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after_comm = &stat[stat.rfind(')')? + 1..];
-    after_comm.split_whitespace().nth(19)?.parse().ok()
+    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
+    let state = fields.next()?.to_string();
+    Some((state, fields.nth(18)?.parse().ok()?))
+}
+
+fn start_time(pid: i32) -> Option<u64> {
+    stat(pid).map(|(_, start)| start)
 }
 
 /// Reads a lab's owner file; `None` when it is missing or unreadable.

@@ -2,8 +2,8 @@
 
 use std::path::Path;
 
-/// The last `n` lines of the file at `path` (empty when it cannot be read), with control
-/// characters other than tab removed.
+/// The last `n` lines of the file at `path` (empty when it cannot be read), with terminal
+/// escape sequences and control characters other than tab removed.
 pub fn tail(path: &Path, n: usize) -> Vec<String> {
     let Ok(bytes) = std::fs::read(path) else {
         return Vec::new();
@@ -12,8 +12,32 @@ pub fn tail(path: &Path, n: usize) -> Vec<String> {
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(n)..]
         .iter()
-        .map(|l| l.chars().filter(|c| !c.is_control() || *c == '\t').collect())
+        .map(|l| strip_escapes(l))
         .collect()
+}
+
+/// Removes ANSI escape sequences (`ESC [ ... final`) and control characters but tab.
+pub fn strip_escapes(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            if chars.peek() == Some(&'[') {
+                chars.next();
+                // Parameters and intermediates, then one final byte in '@'..='~'.
+                for c in chars.by_ref() {
+                    if ('@'..='~').contains(&c) {
+                        break;
+                    }
+                }
+            }
+            continue;
+        }
+        if !c.is_control() || c == '\t' {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// [`tail`] as one indented block, or `(empty)`.
@@ -34,7 +58,8 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let log = tmp.path().join("console.log");
         std::fs::write(&log, "one\ntwo\r\n\x1b[0mthree\n").unwrap();
-        assert_eq!(tail(&log, 2), ["two", "[0mthree"]);
+        assert_eq!(tail(&log, 2), ["two", "three"]);
+        assert_eq!(strip_escapes("[\x1b[0;32m  OK  \x1b[0m] Started\x1b[K x"), "[  OK  ] Started x");
         assert_eq!(tail(&log, 10).len(), 3);
         assert!(tail_block(&tmp.path().join("none"), 3).contains("empty or missing"));
     }

@@ -7,7 +7,8 @@ use super::qga::{ExitKind, QgaError};
 use super::qmp::QmpError;
 use super::rundir::RunDirError;
 
-#[derive(Debug, thiserror::Error)]
+/// `Debug` shows the message and its causes (tests print errors with `unwrap`/`expect`).
+#[derive(thiserror::Error)]
 pub enum VmError {
     #[error("bad VM spec: {0}")]
     Spec(String),
@@ -47,13 +48,13 @@ pub enum VmError {
     Agent {
         vm: String,
         #[source]
-        source: QgaError,
+        source: Box<QgaError>,
     },
     #[error("VM {vm}: {source}")]
     Qmp {
         vm: String,
         #[source]
-        source: QmpError,
+        source: Box<QmpError>,
     },
     #[error("VM {vm}: {what}: {source}")]
     Io {
@@ -97,5 +98,21 @@ impl From<WaitTimeout> for VmError {
             dir: String::new(),
             console: String::new(),
         }))
+    }
+}
+
+impl std::fmt::Debug for VmError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let message = self.to_string();
+        write!(f, "{message}")?;
+        let mut source = std::error::Error::source(self);
+        while let Some(cause) = source {
+            let text = cause.to_string();
+            if !message.contains(&text) {
+                write!(f, "\n  caused by: {text}")?;
+            }
+            source = cause.source();
+        }
+        Ok(())
     }
 }

@@ -44,7 +44,7 @@ impl GuestAgent {
     fn agent_err(&self, source: QgaError) -> VmError {
         VmError::Agent {
             vm: self.vm.clone(),
-            source,
+            source: Box::new(source),
         }
     }
 

@@ -97,33 +97,14 @@ impl Vm {
         let deadlines = Deadlines::from_env(accel).map_err(VmError::Spec)?;
         let run = RunDir::new(&spec.lab, &spec.name);
         run.prepare(&spec.lab, &spec.name)?;
-        overlay::create(&spec.image.disk, run.overlay()).map_err(|source| VmError::Overlay {
-            vm: spec.name.clone(),
-            source,
-        })?;
-        let append = qemu::kernel_append(&spec);
-        run.write_info(&VmInfo {
-            lab: spec.lab.clone(),
-            name: spec.name.clone(),
-            accel: accel.to_string(),
-            overlay: run.overlay().to_path_buf(),
-            disk: spec.image.disk.clone(),
-            kernel: spec.image.kernel.clone(),
-            initrd: spec.image.initrd.clone(),
-            netns: spec.netns.clone(),
-            append,
-        })?;
-        let mut cmd = Command::new(qemu::QEMU);
-        cmd.args(qemu::args(&spec, &run, accel));
-        let command = agent::exec::CommandLine(&cmd).to_string();
-        tracing::info!(vm = %spec.name, %accel, %command, "starting QEMU");
-        let events = Arc::new(Events::default());
-        let process = QemuProcess::spawn(cmd, spec.netns.as_deref(), &run.stderr(), Arc::clone(&events))
-            .map_err(|source| VmError::Start {
-                vm: spec.name.clone(),
-                command,
-                source,
-            })?;
+        let (process, events) = match Vm::start(&spec, &run, accel) {
+            Ok(started) => started,
+            Err(err) => {
+                // Nothing runs yet: leave nothing behind.
+                let _ = run.remove();
+                return Err(err);
+            }
+        };
         let agent = GuestAgent::new(&spec.name, run.qga(), deadlines);
         let mut vm = Vm {
             spec,
@@ -143,7 +124,11 @@ impl Vm {
             what: "starting the readiness reader".into(),
             source,
         })?;
-        vm.wait_for_boot(0, "", "booting", vm.deadlines.boot)?;
+        if let Err(err) = vm.wait_for_boot(0, "", "booting", vm.deadlines.boot) {
+            let test = crate::evidence::current_test_name();
+            crate::evidence::collect(&vm, &test, "the VM did not boot");
+            return Err(err);
+        }
         vm.boot_time = started.elapsed();
         eprintln!(
             "==> VM {} booted in {:.1}s ({}, boot id {})",
@@ -153,6 +138,47 @@ impl Vm {
             vm.boot_id
         );
         Ok(vm)
+    }
+
+    /// Creates the overlay, writes `vm.json` and starts QEMU.
+    fn start(spec: &VmSpec, run: &RunDir, accel: Accel) -> Result<(QemuProcess, Arc<Events>), VmError> {
+        for (what, path) in [("kernel", &spec.image.kernel), ("initrd", &spec.image.initrd)] {
+            if !path.is_file() {
+                return Err(VmError::Spec(format!(
+                    "VM {}: the {what} {} does not exist: run `harness images build`",
+                    spec.name,
+                    path.display()
+                )));
+            }
+        }
+        overlay::create(&spec.image.disk, run.overlay()).map_err(|source| VmError::Overlay {
+            vm: spec.name.clone(),
+            source,
+        })?;
+        let append = qemu::kernel_append(spec);
+        run.write_info(&VmInfo {
+            lab: spec.lab.clone(),
+            name: spec.name.clone(),
+            accel: accel.to_string(),
+            overlay: run.overlay().to_path_buf(),
+            disk: spec.image.disk.clone(),
+            kernel: spec.image.kernel.clone(),
+            initrd: spec.image.initrd.clone(),
+            netns: spec.netns.clone(),
+            append,
+        })?;
+        let mut cmd = Command::new(qemu::QEMU);
+        cmd.args(qemu::args(spec, run, accel));
+        let command = agent::exec::CommandLine(&cmd).to_string();
+        tracing::info!(vm = %spec.name, %accel, %command, "starting QEMU");
+        let events = Arc::new(Events::default());
+        let process = QemuProcess::spawn(cmd, spec.netns.as_deref(), &run.stderr(), Arc::clone(&events))
+            .map_err(|source| VmError::Start {
+                vm: spec.name.clone(),
+                command,
+                source,
+            })?;
+        Ok((process, events))
     }
 
     pub fn name(&self) -> &str {
@@ -286,7 +312,7 @@ impl Vm {
         qmp::execute(&self.run.qmp(), command, self.deadlines.agent).map_err(|source| {
             self.crashed(&format!("sending QMP {}", C::NAME)).unwrap_or(VmError::Qmp {
                 vm: self.name().to_string(),
-                source,
+                source: Box::new(source),
             })
         })
     }

@@ -41,12 +41,6 @@ pub fn args(spec: &VmSpec, run: &RunDir, accel: Accel) -> Vec<OsString> {
     push(&["-kernel", &spec.image.kernel.display().to_string()]);
     push(&["-initrd", &spec.image.initrd.display().to_string()]);
     push(&["-append", &kernel_append(spec)]);
-    // Disk: the VM's overlay as virtio-blk (vda).
-    let drive = format!(
-        "file={},if=none,id=disk0,format=qcow2,cache=unsafe,discard=unmap",
-        run.overlay().display()
-    );
-    push(&["-drive", &drive, "-device", "virtio-blk-pci,drive=disk0"]);
     // NIC at PCI slot 2: the guest names it ens2.
     let (netdev, mac) = match &spec.net {
         Net::User => ("user,id=n0".to_string(), None),
@@ -60,6 +54,12 @@ pub fn args(spec: &VmSpec, run: &RunDir, accel: Accel) -> Vec<OsString> {
         None => "virtio-net-pci,netdev=n0,addr=0x2".to_string(),
     };
     push(&["-netdev", &netdev, "-device", &nic]);
+    // Disk: the VM's overlay as virtio-blk (vda).
+    let drive = format!(
+        "file={},if=none,id=disk0,format=qcow2,cache=unsafe,discard=unmap",
+        run.overlay().display()
+    );
+    push(&["-drive", &drive, "-device", "virtio-blk-pci,drive=disk0"]);
     push(&["-object", "rng-random,id=rng0,filename=/dev/urandom"]);
     push(&["-device", "virtio-rng-pci,rng=rng0"]);
     // Serial console to a file.

@@ -1,0 +1,286 @@
+//! Preflight check `localdns-listeners`: the listener IPs are not held by another interface than
+//! `localdns`, and ports 53 (UDP, TCP) and 8181 (TCP) on them are free.
+
+use std::net::Ipv4Addr;
+
+use crate::hostnet::LINK_NAME;
+use crate::hostnet::link::Netlink;
+
+use super::{Context, Finding, Severity};
+
+pub const NAME: &str = "localdns-listeners";
+/// CoreDNS's `ready` port on each listener.
+pub const READY_PORT: u16 = 8181;
+
+/// A socket bound on this host (from `/proc/net/{tcp,udp}` of the current network namespace).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bound {
+    pub proto: &'static str,
+    pub ip: Ipv4Addr,
+    pub port: u16,
+}
+
+/// Parses `/proc/net/tcp` or `/proc/net/udp`: TCP sockets in LISTEN, UDP sockets that are bound.
+pub fn parse_proc_net(proto: &'static str, text: &str) -> Vec<Bound> {
+    text.lines()
+        .skip(1)
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let local = fields.nth(1)?;
+            let state = fields.nth(1)?;
+            // TCP_LISTEN is 0A; UDP sockets show 07 (TCP_CLOSE) when merely bound.
+            if proto == "tcp" && state != "0A" {
+                return None;
+            }
+            let (ip, port) = local.split_once(':')?;
+            // The kernel prints the network-order address as a host-order number.
+            let ip = Ipv4Addr::from(u32::from_str_radix(ip, 16).ok()?.to_ne_bytes());
+            Some(Bound {
+                proto,
+                ip,
+                port: u16::from_str_radix(port, 16).ok()?,
+            })
+        })
+        .collect()
+}
+
+fn bound_sockets() -> Result<Vec<Bound>, String> {
+    let mut all = Vec::new();
+    for proto in ["tcp", "udp"] {
+        // `thread-self`: `/proc/net` follows the main thread, which may be in another namespace.
+        let path = format!("/proc/thread-self/net/{proto}");
+        let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {path}: {e}"))?;
+        all.extend(parse_proc_net(proto, &text));
+    }
+    Ok(all)
+}
+
+pub fn run(ctx: &Context) -> Vec<Finding> {
+    let Some(config) = ctx.valid_config() else {
+        return Vec::new();
+    };
+    let Some(l) = &config.local_dns else {
+        return vec![Finding::new(
+            NAME,
+            "listeners",
+            Severity::Ok,
+            "LocalDNS is disabled",
+        )];
+    };
+    let holders = Netlink::open()
+        .and_then(|nl| nl.all_ipv4())
+        .map_err(|e| format!("{e}"));
+    check(
+        &[l.node_listener.addr(), l.cluster_listener.addr()],
+        holders,
+        bound_sockets(),
+    )
+}
+
+/// The findings for these listeners, given every IPv4 address with its link and the bound sockets.
+pub fn check(
+    listeners: &[Ipv4Addr],
+    holders: Result<Vec<(String, Ipv4Addr, u8)>, String>,
+    bound: Result<Vec<Bound>, String>,
+) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    let holders = match holders {
+        Ok(h) => h,
+        Err(err) => {
+            return vec![Finding::new(
+                NAME,
+                "addresses",
+                Severity::Error,
+                format!("cannot list addresses: {err}"),
+            )];
+        }
+    };
+    let bound = match bound {
+        Ok(b) => b,
+        Err(err) => return vec![Finding::new(NAME, "sockets", Severity::Error, err)],
+    };
+    for &ip in listeners {
+        let others: Vec<&str> = holders
+            .iter()
+            .filter(|(link, a, _)| *a == ip && link != LINK_NAME)
+            .map(|(l, _, _)| l.as_str())
+            .collect();
+        let ours = holders.iter().any(|(link, a, _)| *a == ip && link == LINK_NAME);
+        if others.is_empty() {
+            findings.push(Finding::new(
+                NAME,
+                ip.to_string(),
+                Severity::Ok,
+                if ours {
+                    format!("held by {LINK_NAME} only")
+                } else {
+                    "not assigned to any interface".into()
+                },
+            ));
+        } else {
+            findings.push(Finding::new(
+                NAME,
+                ip.to_string(),
+                Severity::Error,
+                format!(
+                    "already assigned to {}; LocalDNS needs it on its own link {LINK_NAME}",
+                    others.join(", ")
+                ),
+            ));
+        }
+        for (proto, port) in [("udp", 53), ("tcp", 53), ("tcp", READY_PORT)] {
+            let users: Vec<Ipv4Addr> = bound
+                .iter()
+                .filter(|b| b.proto == proto && b.port == port && (b.ip == ip || b.ip.is_unspecified()))
+                .map(|b| b.ip)
+                .collect();
+            let target = format!("{ip}:{port}/{proto}");
+            if users.is_empty() {
+                findings.push(Finding::new(NAME, target, Severity::Ok, "free"));
+            } else {
+                let on = if users.iter().any(|u| u.is_unspecified()) {
+                    "0.0.0.0 (all addresses)"
+                } else {
+                    "it"
+                };
+                // On our own link, a bound port is most likely LocalDNS's CoreDNS already running.
+                let (severity, hint) = if ours && !users.iter().any(|u| u.is_unspecified()) {
+                    (Severity::Warning, " (expected when LocalDNS is already running)")
+                } else {
+                    (Severity::Error, "")
+                };
+                findings.push(Finding::new(
+                    NAME,
+                    target,
+                    severity,
+                    format!("a socket is already bound on {on}{hint}"),
+                ));
+            }
+        }
+    }
+    findings
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NODE: Ipv4Addr = Ipv4Addr::new(169, 254, 10, 10);
+    const CLUSTER: Ipv4Addr = Ipv4Addr::new(169, 254, 10, 11);
+
+    /// Lines as this host's kernel writes them (header, a listener on 127.0.0.1:53, one on 0.0.0.0:8181,
+    /// and an established connection that must be ignored).
+    const PROC_TCP: &str =
+        "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:0035 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1 0 100 0 0 10 0
+   1: 00000000:1FF5 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 2 1 0 100 0 0 10 0
+   2: 0A0AFEA9:0035 0B0AFEA9:D431 01 00000000:00000000 00:00000000 00000000     0        0 3 1 0 100 0 0 10 0
+";
+
+    fn severities(findings: &[Finding]) -> Vec<(String, Severity)> {
+        findings.iter().map(|f| (f.target.clone(), f.severity)).collect()
+    }
+
+    #[test]
+    fn proc_net_tcp_gives_listening_sockets_only() {
+        let bound = parse_proc_net("tcp", PROC_TCP);
+        assert_eq!(
+            bound,
+            vec![
+                Bound {
+                    proto: "tcp",
+                    ip: Ipv4Addr::LOCALHOST,
+                    port: 53
+                },
+                Bound {
+                    proto: "tcp",
+                    ip: Ipv4Addr::UNSPECIFIED,
+                    port: 8181
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn listener_on_another_interface_is_an_error_naming_it() {
+        let holders = vec![("eth0".to_owned(), NODE, 32)];
+        let findings = check(&[NODE, CLUSTER], Ok(holders), Ok(vec![]));
+        let node = findings.iter().find(|f| f.target == NODE.to_string()).unwrap();
+        assert_eq!(node.severity, Severity::Error);
+        assert!(node.message.contains("eth0"), "{}", node.message);
+        assert!(
+            findings
+                .iter()
+                .filter(|f| f.target != NODE.to_string())
+                .all(|f| f.severity == Severity::Ok)
+        );
+    }
+
+    #[test]
+    fn listener_on_localdns_only_is_fine() {
+        let holders = vec![
+            (LINK_NAME.to_owned(), NODE, 32),
+            (LINK_NAME.to_owned(), CLUSTER, 32),
+        ];
+        let findings = check(&[NODE, CLUSTER], Ok(holders), Ok(vec![]));
+        assert!(
+            findings.iter().all(|f| f.severity == Severity::Ok),
+            "{:?}",
+            severities(&findings)
+        );
+        assert_eq!(findings.len(), 8);
+    }
+
+    #[test]
+    fn wildcard_socket_on_8181_blocks_both_listeners() {
+        let bound = parse_proc_net("tcp", PROC_TCP);
+        let findings = check(&[NODE, CLUSTER], Ok(vec![]), Ok(bound));
+        let errors: Vec<_> = findings
+            .iter()
+            .filter(|f| f.severity == Severity::Error)
+            .map(|f| f.target.as_str())
+            .collect();
+        assert_eq!(errors, vec!["169.254.10.10:8181/tcp", "169.254.10.11:8181/tcp"]);
+    }
+
+    #[test]
+    fn unreadable_addresses_are_an_error() {
+        let findings = check(&[NODE], Err("permission denied".into()), Ok(vec![]));
+        assert_eq!(findings[0].severity, Severity::Error);
+    }
+
+    #[test]
+    fn live_socket_on_a_listener_is_seen_in_a_fresh_network_namespace() {
+        // Real kernel state: a new network namespace for this test thread, the node listener on `lo`
+        // and a UDP socket bound on it port 53.
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
+            .expect("unshare(CLONE_NEWNET) needs root (run the tests as root)");
+        crate::exec::run(std::process::Command::new("ip").args([
+            "addr",
+            "add",
+            "169.254.10.10/32",
+            "dev",
+            "lo",
+        ]))
+        .unwrap();
+        crate::exec::run(std::process::Command::new("ip").args(["link", "set", "lo", "up"])).unwrap();
+        let _socket = std::net::UdpSocket::bind((NODE, 53)).unwrap();
+        let holders = Netlink::open()
+            .and_then(|nl| nl.all_ipv4())
+            .map_err(|e| e.to_string());
+        let findings = check(&[NODE], holders, bound_sockets());
+        let by_target = severities(&findings);
+        assert!(
+            by_target.contains(&("169.254.10.10".into(), Severity::Error)),
+            "{findings:#?}"
+        );
+        assert!(
+            by_target.contains(&("169.254.10.10:53/udp".into(), Severity::Error)),
+            "{findings:#?}"
+        );
+        assert!(
+            by_target.contains(&("169.254.10.10:53/tcp".into(), Severity::Ok)),
+            "{findings:#?}"
+        );
+    }
+}

@@ -1,0 +1,173 @@
+//! The whole host network apply and reset with the real dummy link: needs a kernel with
+//! `CONFIG_DUMMY` (Debian's), so these run as root inside a lab VM (the `guest_` prefix; see
+//! `.config/nextest.toml`), each in a fresh network namespace.
+
+mod hostnet_support;
+
+use std::process::Command;
+
+use agent::hostnet::link::{Netlink, ObservedLink};
+use agent::hostnet::plan::Step;
+use agent::hostnet::{LINK_NAME, ResetPaths, apply, model, nft, reset};
+use hostnet_support::*;
+
+fn observed_link() -> Option<ObservedLink> {
+    Netlink::open()
+        .expect("netlink")
+        .observe(LINK_NAME)
+        .expect("observe localdns")
+}
+
+fn sorted(mut v: Vec<(std::net::Ipv4Addr, u8)>) -> Vec<(std::net::Ipv4Addr, u8)> {
+    v.sort();
+    v
+}
+
+fn ip_addr_text() -> String {
+    run(Command::new("ip").args(["-d", "addr", "show"]))
+}
+
+#[test]
+fn guest_apply_creates_exactly_the_spec_link_and_ruleset() {
+    fresh_netns();
+    let report = apply(&spec(true), &script(true)).unwrap_or_else(|e| panic!("apply: {e:#}"));
+    assert!(report.changed());
+    let link = observed_link().expect("link localdns exists after apply");
+    assert_eq!(link.kind.as_deref(), Some("dummy"), "{}", ip_addr_text());
+    assert!(link.up, "{}", ip_addr_text());
+    assert_eq!(
+        sorted(link.ipv4),
+        vec![(NODE, 32), (CLUSTER, 32)],
+        "{}",
+        ip_addr_text()
+    );
+    // The live table equals the rendered model, and `nft -j` counts the spec's rules.
+    assert_eq!(
+        nft::read_table().unwrap(),
+        Some(model::desired(&spec(true))),
+        "{}",
+        rules_text()
+    );
+    assert_eq!(
+        (rule_count("prerouting"), rule_count("output")),
+        (4, 8),
+        "{}",
+        rules_text()
+    );
+}
+
+#[test]
+fn guest_second_apply_changes_nothing() {
+    fresh_netns();
+    apply(&spec(true), &script(true)).unwrap();
+    let handles_before = rules_text();
+    let second = apply(&spec(true), &script(true)).unwrap();
+    assert_eq!(second.steps, Vec::<Step>::new(), "second apply: {second}");
+    assert_eq!(second.to_string(), "localdns network: no change\n");
+    assert_eq!(
+        rules_text(),
+        handles_before,
+        "the table was rewritten by an apply that should change nothing"
+    );
+}
+
+#[test]
+fn guest_stale_addresses_are_replaced_and_a_down_link_comes_up() {
+    fresh_netns();
+    run(Command::new("ip").args(["link", "add", "localdns", "type", "dummy"]));
+    run(Command::new("ip").args(["addr", "add", "169.254.20.10/32", "dev", "localdns"]));
+    run(Command::new("ip").args(["addr", "add", "169.254.10.10/24", "dev", "localdns"]));
+    let report = apply(&spec(false), &script(false)).unwrap();
+    assert!(report.steps.contains(&Step::SetLinkUp), "{report}");
+    let link = observed_link().unwrap();
+    assert!(link.up);
+    assert_eq!(
+        sorted(link.ipv4),
+        vec![(NODE, 32), (CLUSTER, 32)],
+        "{}",
+        ip_addr_text()
+    );
+    assert!(!apply(&spec(false), &script(false)).unwrap().changed());
+}
+
+#[test]
+fn guest_a_bridge_called_localdns_is_refused_and_survives() {
+    fresh_netns();
+    run(Command::new("ip").args(["link", "add", "localdns", "type", "bridge"]));
+    let err = apply(&spec(true), &script(true)).unwrap_err();
+    assert!(err.to_string().contains("kind bridge"), "{err}");
+    assert_eq!(observed_link().unwrap().kind.as_deref(), Some("bridge"));
+    assert_eq!(
+        nft::read_table().unwrap(),
+        None,
+        "nothing changes when the link is refused"
+    );
+}
+
+#[test]
+fn guest_reset_leaves_nothing_of_ours() {
+    fresh_netns();
+    apply(&spec(true), &script(true)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let paths = ResetPaths::new(dir.path());
+    for file in [
+        paths.network_unit(),
+        paths.nft_script(),
+        paths.nspawn_dropin("kube1"),
+    ] {
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(&file, "# test\n").unwrap();
+    }
+    let report = reset(&paths);
+    assert!(report.is_clean(), "{report}");
+    assert!(observed_link().is_none(), "{}", ip_addr_text());
+    assert_eq!(nft::read_table().unwrap(), None, "{}", rules_text());
+    assert!(
+        !paths.network_unit().exists()
+            && !paths.nft_script().exists()
+            && !paths.nspawn_dropin("kube1").exists()
+    );
+    let again = reset(&paths);
+    assert!(again.is_clean() && again.removed.is_empty(), "{again}");
+}
+
+#[test]
+fn guest_reset_with_only_the_link_present_works() {
+    fresh_netns();
+    run(Command::new("ip").args(["link", "add", "localdns", "type", "dummy"]));
+    let dir = tempfile::tempdir().unwrap();
+    let report = reset(&ResetPaths::new(dir.path()));
+    assert!(report.is_clean(), "{report}");
+    assert!(
+        report.removed.iter().any(|r| r.contains("dummy link localdns")),
+        "{report}"
+    );
+    assert!(observed_link().is_none());
+}
+
+#[test]
+fn guest_apply_through_the_cli_writes_the_script_it_applied() {
+    fresh_netns();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.json");
+    std::fs::write(&config, config_text(true)).unwrap();
+    let agent =
+        std::env::var("UNBOUNDED_AGENT_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_unbounded-agent").into());
+    let args = |root: &std::path::Path| {
+        vec![
+            "localdns".to_owned(),
+            "network".into(),
+            "apply".into(),
+            "--config".into(),
+            config.display().to_string(),
+            "--root".into(),
+            root.display().to_string(),
+        ]
+    };
+    let first = run(Command::new(&agent).args(args(dir.path())));
+    assert!(first.contains("create dummy link localdns"), "{first}");
+    let second = run(Command::new(&agent).args(args(dir.path())));
+    assert_eq!(second, "localdns network: no change\n");
+    let written = std::fs::read_to_string(ResetPaths::new(dir.path()).nft_script()).unwrap();
+    assert_eq!(written, script(true));
+}

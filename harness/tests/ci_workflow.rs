@@ -1,0 +1,228 @@
+//! The PR CI workflow cannot run here, so these tests check it: `actionlint` accepts it, one of
+//! its steps runs the README's test command (`scripts/test.sh`, which `.ci/run` runs too), and it
+//! uploads the JUnit report always and the lab's evidence on failure.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_yaml_ng::Value;
+
+const TEST_COMMAND: &str = "scripts/test.sh";
+const WORKFLOW: &str = ".github/workflows/ci.yml";
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("harness/ has a parent")
+        .to_path_buf()
+}
+
+fn read(relative: &str) -> String {
+    let path = repo_root().join(relative);
+    std::fs::read_to_string(&path).unwrap_or_else(|err| panic!("reading {}: {err}", path.display()))
+}
+
+fn workflow() -> Value {
+    serde_yaml_ng::from_str(&read(WORKFLOW)).unwrap_or_else(|err| panic!("{WORKFLOW} is not YAML: {err}"))
+}
+
+/// Every step of every job, with the job's name.
+fn steps(workflow: &Value) -> Vec<(String, Value)> {
+    let jobs = workflow["jobs"]
+        .as_mapping()
+        .unwrap_or_else(|| panic!("{WORKFLOW}: no `jobs` mapping"));
+    jobs.iter()
+        .flat_map(|(name, job)| {
+            let name = name.as_str().unwrap_or_default().to_owned();
+            let steps = job["steps"].as_sequence().cloned().unwrap_or_default();
+            steps.into_iter().map(move |step| (name.clone(), step))
+        })
+        .collect()
+}
+
+/// The shell lines of a `run:` script, without blank lines and comments.
+fn command_lines(script: &str) -> Vec<&str> {
+    script
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty() && !line.starts_with('#'))
+        .collect()
+}
+
+/// Whether a shell line invokes `command` (as `command`, `./command` or `exec command`, with arguments).
+fn invokes(line: &str, command: &str) -> bool {
+    let line = line.strip_prefix("exec ").unwrap_or(line).trim_start();
+    let line = line.strip_prefix("./").unwrap_or(line);
+    line == command || line.starts_with(&format!("{command} "))
+}
+
+fn actionlint() -> PathBuf {
+    let cache = harness::cache::Cache::open().expect("the lab cache directory");
+    let in_cache = cache.root().join("tools/bin/actionlint");
+    if in_cache.is_file() {
+        return in_cache;
+    }
+    let on_path = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
+        .map(|dir| dir.join("actionlint"))
+        .find(|candidate| candidate.is_file());
+    on_path.unwrap_or_else(|| {
+        panic!(
+            "actionlint is missing (looked at {} and on PATH); install it with `scripts/setup.sh` \
+             (or `scripts/install-actionlint.sh`)",
+            in_cache.display()
+        )
+    })
+}
+
+#[test]
+fn workflow_passes_actionlint() {
+    let output = agent::exec::run_unchecked(
+        Command::new(actionlint())
+            .args(["-no-color", WORKFLOW])
+            .current_dir(repo_root()),
+    )
+    .expect("running actionlint");
+    assert!(
+        output.status.success(),
+        "actionlint rejects {WORKFLOW}:\n{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+fn a_workflow_step_runs_the_readme_test_command() {
+    let readme = read("README.md");
+    assert!(
+        readme.contains(&format!("`{TEST_COMMAND}`")),
+        "README.md does not name `{TEST_COMMAND}`"
+    );
+    let runners: Vec<_> = steps(&workflow())
+        .into_iter()
+        .filter(|(_, step)| {
+            step["run"]
+                .as_str()
+                .is_some_and(|run| command_lines(run).iter().any(|l| invokes(l, TEST_COMMAND)))
+        })
+        .collect();
+    assert_eq!(
+        runners.len(),
+        1,
+        "expected exactly one step of {WORKFLOW} to run {TEST_COMMAND}, found {runners:?}"
+    );
+}
+
+#[test]
+fn ci_run_calls_the_test_command() {
+    let script = read(".ci/run");
+    assert!(
+        command_lines(&script)
+            .iter()
+            .any(|line| invokes(line, TEST_COMMAND)),
+        ".ci/run does not call {TEST_COMMAND}:\n{script}"
+    );
+}
+
+#[test]
+fn workflow_cargo_commands_are_those_of_the_test_script() {
+    let test_script = read(TEST_COMMAND);
+    let script_lines = command_lines(&test_script);
+    let mut cargo_lines = 0;
+    for (job, step) in steps(&workflow()) {
+        for line in step["run"].as_str().map(command_lines).unwrap_or_default() {
+            if line.starts_with("cargo ") {
+                cargo_lines += 1;
+                assert!(
+                    script_lines.contains(&line),
+                    "job {job}: `{line}` is not a command of {TEST_COMMAND}; CI must run what .ci/run runs"
+                );
+            }
+        }
+    }
+    assert!(
+        cargo_lines >= 2,
+        "expected the format and clippy steps in {WORKFLOW}, found {cargo_lines} cargo lines"
+    );
+    assert!(
+        script_lines.contains(&"cargo fmt --all -- --check"),
+        "{TEST_COMMAND} does not check formatting"
+    );
+    assert!(
+        script_lines
+            .iter()
+            .any(|l| l.starts_with("cargo clippy") && l.ends_with("-- -D warnings")),
+        "{TEST_COMMAND} does not run clippy with warnings denied"
+    );
+}
+
+/// Where nextest writes the `ci` profile's JUnit report, from `.config/nextest.toml`.
+fn junit_path() -> String {
+    let config: toml::Table =
+        toml::from_str(&read(".config/nextest.toml")).expect(".config/nextest.toml is TOML");
+    let store = config["store"]["dir"]
+        .as_str()
+        .expect("store.dir in .config/nextest.toml");
+    let junit = config["profile"]["ci"]["junit"]["path"]
+        .as_str()
+        .expect("profile.ci.junit.path");
+    format!("{store}/ci/{junit}")
+}
+
+/// The upload-artifact steps as (condition, path).
+fn uploads() -> Vec<(String, String)> {
+    steps(&workflow())
+        .into_iter()
+        .filter(|(_, step)| {
+            step["uses"]
+                .as_str()
+                .is_some_and(|u| u.starts_with("actions/upload-artifact@"))
+        })
+        .map(|(_, step)| {
+            let condition = step["if"].as_str().unwrap_or_default().to_owned();
+            (
+                condition,
+                step["with"]["path"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .trim()
+                    .to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn workflow_uploads_the_junit_report_always() {
+    let junit = junit_path();
+    assert_eq!(junit, "target/nextest/ci/junit.xml");
+    let uploads = uploads();
+    assert!(
+        uploads
+            .iter()
+            .any(|(condition, path)| path == &junit && condition.contains("always()")),
+        "no `if: always()` upload of {junit} in {WORKFLOW}: {uploads:?}"
+    );
+}
+
+#[test]
+fn workflow_uploads_the_lab_evidence_on_failure() {
+    let uploads = uploads();
+    assert!(
+        uploads.iter().any(|(condition, path)| {
+            path.trim_end_matches('/') == "target/lab-artifacts" && condition.contains("failure()")
+        }),
+        "no `if: failure()` upload of target/lab-artifacts/ in {WORKFLOW}: {uploads:?}"
+    );
+}
+
+#[test]
+fn command_matching_sees_the_test_command_only_as_a_command() {
+    assert!(invokes("scripts/test.sh", TEST_COMMAND));
+    assert!(invokes("exec scripts/test.sh", TEST_COMMAND));
+    assert!(invokes("./scripts/test.sh --partition count:1/2", TEST_COMMAND));
+    assert!(!invokes("echo scripts/test.sh", TEST_COMMAND));
+    assert!(!invokes("scripts/test.sh.bak", TEST_COMMAND));
+    assert_eq!(command_lines("# scripts/test.sh\n\n  x  \n"), vec!["x"]);
+}

@@ -1,0 +1,134 @@
+//! `harness lab up` / `harness lab down` as a person uses them (network only,
+//! `--no-vm`; the VM path is covered by the scenarios): up keeps the lab until
+//! `lab down` or Ctrl-C, and both leave nothing behind. Needs root.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use harness::lab::{netns, owner};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+const HARNESS: &str = env!("CARGO_BIN_EXE_harness");
+
+/// A lab number nobody uses now, from the top of the range (tests start at the bottom).
+fn unused_number(skip: u8) -> u8 {
+    let _lock = owner::lock().unwrap();
+    (100..=154)
+        .rev()
+        .filter(|n| {
+            let name = format!("lab-{n}");
+            !netns::exists(&name) && !owner::run_dir(&name).exists()
+        })
+        .nth(usize::from(skip))
+        .expect("a free lab number between 100 and 154")
+}
+
+/// Starts `harness lab up --no-vm --lab <n>` and waits until it says the lab runs.
+fn lab_up(n: u8) -> Child {
+    let mut child = Command::new(HARNESS)
+        .args(["lab", "up", "--no-vm", "--lab", &n.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut seen = String::new();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            seen += &line;
+            seen += "\n";
+            if line.contains("is running") {
+                let _ = tx.send(Ok(seen.clone()));
+            }
+        }
+        let _ = tx.send(Err(seen));
+    });
+    match rx.recv_timeout(Duration::from_secs(30)) {
+        Ok(Ok(_)) => child,
+        Ok(Err(output)) => panic!("`harness lab up` ended before the lab ran:\n{output}"),
+        Err(_) => panic!("`harness lab up` did not report a running lab within 30 s"),
+    }
+}
+
+fn assert_nothing_left(n: u8) {
+    let name = format!("lab-{n}");
+    assert!(!netns::exists(&name), "namespace {name} survived");
+    assert!(!owner::run_dir(&name).exists(), "{} survived", owner::run_dir(&name).display());
+    assert!(!owner::state_dir(&name).exists(), "{} survived", owner::state_dir(&name).display());
+    let links = agent::exec::run_stdout(Command::new("ip").args(["-o", "link"])).unwrap();
+    assert!(!links.contains(&format!("labbr{n}:")), "{links}");
+}
+
+fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
+    for _ in 0..300 {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    panic!("`harness lab up` did not exit within 30 s");
+}
+
+#[test]
+fn lab_down_from_another_terminal_stops_lab_up_and_leaves_nothing() {
+    let n = unused_number(0);
+    let mut up = lab_up(n);
+    let name = format!("lab-{n}");
+    assert!(netns::exists(&name));
+    assert_eq!(owner::read_owner(&name).map(|o| o.pid), Some(up.id() as i32));
+    let dig = agent::exec::run_unchecked(
+        netns::command_in(&name, "dig").args([&format!("@192.168.{}.1", 100 + u32::from(n)), "x.lab.test"]),
+    )
+    .unwrap();
+    assert!(String::from_utf8_lossy(&dig.stdout).contains("NXDOMAIN"), "the lab's DNS server did not answer");
+
+    let down = agent::exec::run(Command::new(HARNESS).args(["lab", "down", "--lab", &n.to_string()]));
+    assert!(down.is_ok(), "{}", down.unwrap_err());
+    let status = wait_exit(&mut up);
+    assert!(status.success(), "`harness lab up` exited with {status}");
+    assert_nothing_left(n);
+}
+
+#[test]
+fn ctrl_c_stops_lab_up_and_leaves_nothing() {
+    let n = unused_number(1);
+    let mut up = lab_up(n);
+    kill(Pid::from_raw(up.id() as i32), Signal::SIGINT).unwrap();
+    let status = wait_exit(&mut up);
+    assert!(status.success(), "`harness lab up` exited with {status}");
+    assert_nothing_left(n);
+}
+
+#[test]
+fn lab_down_removes_a_lab_whose_owner_was_killed() {
+    let n = unused_number(2);
+    let mut up = lab_up(n);
+    kill(Pid::from_raw(up.id() as i32), Signal::SIGKILL).unwrap();
+    up.wait().unwrap();
+    assert!(netns::exists(&format!("lab-{n}")), "SIGKILL cannot clean up; the lab should still be there");
+    agent::exec::run(Command::new(HARNESS).args(["lab", "down", "--lab", &n.to_string()])).unwrap();
+    assert_nothing_left(n);
+}
+
+#[test]
+fn lab_up_with_a_missing_node_config_fails_naming_the_file_and_starts_nothing() {
+    let n = unused_number(3);
+    let out = agent::exec::run_unchecked(Command::new(HARNESS).args([
+        "lab",
+        "up",
+        "--lab",
+        &n.to_string(),
+        "node-configs/does-not-exist.json",
+    ]))
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("node-configs/does-not-exist.json"), "{stderr}");
+    assert_nothing_left(n);
+}

@@ -1,0 +1,246 @@
+//! The lab network on this host's kernel: namespace, bridge, the DNS and HTTP
+//! services reached from inside the namespace, teardown and the stale-lab sweep.
+//! Needs root (network namespaces); no VM.
+
+use std::net::Ipv4Addr;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use harness::lab::{DnsFailure, Lab, LabSpec, netns, owner};
+
+fn start(test: &str) -> Lab {
+    Lab::start(LabSpec::for_test(test)).unwrap_or_else(|e| panic!("starting a lab for {test}: {e}"))
+}
+
+/// Runs `argv` inside the lab's namespace and returns its stdout (fails on a non-zero exit).
+fn run_in(lab: &Lab, argv: &[&str]) -> String {
+    let mut cmd = lab.command(argv[0]);
+    cmd.args(&argv[1..]);
+    agent::exec::run_stdout(&mut cmd).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn dig(lab: &Lab, extra: &[&str], name: &str) -> String {
+    let server = format!("@{}", lab.addrs().bridge_ip());
+    let mut argv = vec!["dig", server.as_str(), name, "A", "+tries=1", "+time=2"];
+    argv.extend_from_slice(extra);
+    run_in(lab, &argv)
+}
+
+fn host_links() -> String {
+    agent::exec::run_stdout(Command::new("ip").args(["-o", "link", "show"])).unwrap()
+}
+
+#[test]
+fn lab_comes_up_with_its_bridge_address_inside_its_own_namespace() {
+    let lab = start("lab_comes_up_with_its_bridge_address_inside_its_own_namespace");
+    let n = lab.number();
+    assert!(netns::list("lab-").contains(&format!("lab-{n}")));
+    let addr = run_in(&lab, &["ip", "-o", "-4", "addr", "show", "dev", &format!("labbr{n}")]);
+    assert!(addr.contains(&format!("192.168.{}.1/24", 100 + u32::from(n))), "{addr}");
+    let lo = run_in(&lab, &["ip", "-o", "link", "show", "lo"]);
+    assert!(lo.contains("UP"), "lo is not up: {lo}");
+    assert!(!host_links().contains(&format!("labbr{n}")), "the bridge leaked into the host namespace");
+    let nic = lab.attach_vm().unwrap();
+    assert_eq!(nic.tap, format!("labtap{n}-0"));
+    assert_eq!(nic.ip, Ipv4Addr::new(192, 168, 100 + n, 10));
+    let tap = run_in(&lab, &["ip", "-o", "link", "show", &nic.tap]);
+    assert!(tap.contains(&format!("master labbr{n}")), "{tap}");
+    lab.shutdown().unwrap();
+}
+
+#[test]
+fn dns_server_answers_test_records_inside_the_namespace_and_counts_queries() {
+    let lab = start("dns_server_answers_test_records_inside_the_namespace_and_counts_queries");
+    lab.dns().set_a("web.lab.test", &[Ipv4Addr::new(10, 9, 8, 7)], 5).unwrap();
+    assert_eq!(dig(&lab, &["+short"], "web.lab.test").trim(), "10.9.8.7");
+    assert_eq!(dig(&lab, &["+short", "+tcp"], "web.lab.test").trim(), "10.9.8.7");
+    assert_eq!(lab.dns().query_count("web.lab.test").unwrap(), 2);
+    let protocols: Vec<&str> = lab.dns().queries().iter().map(|q| q.protocol).collect::<Vec<_>>();
+    assert_eq!(protocols, ["udp", "tcp"]);
+
+    let nx = dig(&lab, &[], "missing.lab.test");
+    assert!(nx.contains("status: NXDOMAIN"), "{nx}");
+    lab.dns().set_failure(DnsFailure::ServFail);
+    let failed = dig(&lab, &[], "web.lab.test");
+    assert!(failed.contains("status: SERVFAIL"), "{failed}");
+    lab.dns().set_failure(DnsFailure::None);
+    lab.dns().remove("web.lab.test").unwrap();
+    let removed = dig(&lab, &[], "web.lab.test");
+    assert!(removed.contains("status: NXDOMAIN"), "{removed}");
+    assert_eq!(lab.dns().query_count("web.lab.test").unwrap(), 4);
+
+    let log = std::fs::read_to_string(lab.log_dir().join("dns-queries.log")).unwrap();
+    assert!(log.contains("web.lab.test. A NoError"), "{log}");
+    lab.shutdown().unwrap();
+}
+
+#[test]
+fn dns_server_in_drop_mode_leaves_the_client_without_an_answer() {
+    let lab = start("dns_server_in_drop_mode_leaves_the_client_without_an_answer");
+    lab.dns().set_a("web.lab.test", &[Ipv4Addr::LOCALHOST], 5).unwrap();
+    lab.dns().set_failure(DnsFailure::Drop);
+    let mut cmd = lab.command("dig");
+    cmd.args([&format!("@{}", lab.addrs().bridge_ip()), "web.lab.test", "+tries=1", "+time=1"]);
+    let out = agent::exec::run_unchecked(&mut cmd).unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success() && stdout.contains("timed out"), "{stdout}");
+    assert_eq!(lab.dns().query_count("web.lab.test").unwrap(), 1);
+    assert_eq!(lab.dns().queries()[0].outcome, "dropped");
+    lab.shutdown().unwrap();
+}
+
+#[test]
+fn http_server_serves_a_file_logs_the_request_and_404s_a_missing_one() {
+    let lab = start("http_server_serves_a_file_logs_the_request_and_404s_a_missing_one");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("coredns.tgz");
+    std::fs::write(&file, b"artifact bytes").unwrap();
+    lab.http().publish("/coredns/coredns.tgz", &file).unwrap();
+    assert_eq!(lab.http().request_count(), 0);
+
+    let url = format!("{}/coredns/coredns.tgz", lab.addrs().http_url());
+    let body = run_in(&lab, &["curl", "--noproxy", "*", "-sSf", &url]);
+    assert_eq!(body, "artifact bytes");
+    let missing = format!("{}/coredns/missing.tgz", lab.addrs().http_url());
+    let status = run_in(&lab, &["curl", "--noproxy", "*", "-s", "-o", "/dev/null", "-w", "%{http_code}", &missing]);
+    assert_eq!(status, "404");
+
+    let requests = lab.http().requests();
+    let seen: Vec<(&str, &str, u16, u64)> = requests
+        .iter()
+        .map(|r| (r.method.as_str(), r.path.as_str(), r.status, r.bytes))
+        .collect();
+    assert_eq!(
+        seen,
+        [("GET", "/coredns/coredns.tgz", 200, 14), ("GET", "/coredns/missing.tgz", 404, 0)]
+    );
+    let log = std::fs::read_to_string(lab.log_dir().join("http-requests.log")).unwrap();
+    assert!(log.contains("GET /coredns/coredns.tgz 200 14"), "{log}");
+    assert!(log.contains("GET /coredns/missing.tgz 404 0"), "{log}");
+    lab.shutdown().unwrap();
+}
+
+#[test]
+fn services_are_not_reachable_from_the_host_namespace() {
+    let lab = start("services_are_not_reachable_from_the_host_namespace");
+    // Whatever answers on this host's own network (here a transparent proxy
+    // answers every address), the lab's server must not see the request.
+    let url = format!("{}/anything", lab.addrs().http_url());
+    agent::exec::run_unchecked(Command::new("curl").args(["-sS", "--noproxy", "*", "--max-time", "2", &url]))
+        .unwrap();
+    assert_eq!(lab.http().requests(), [], "the artifact server was reached from the host namespace");
+    let inside = run_in(&lab, &["curl", "--noproxy", "*", "-s", "-o", "/dev/null", "-w", "%{http_code}", &url]);
+    assert_eq!(inside, "404");
+    assert_eq!(lab.http().request_count(), 1, "the request from inside the lab was not counted");
+    lab.shutdown().unwrap();
+}
+
+#[test]
+fn teardown_leaves_no_namespace_link_process_or_directory() {
+    let lab = start("teardown_leaves_no_namespace_link_process_or_directory");
+    let name = lab.name();
+    let n = lab.number();
+    let run_dir = lab.run_dir().to_path_buf();
+    lab.attach_vm().unwrap();
+    lab.attach_vm().unwrap();
+    let mut sleeper = lab.command("sleep");
+    let mut sleeper = sleeper.arg("1000").stdin(Stdio::null()).spawn().unwrap();
+    let inode = netns::inode(&name).unwrap();
+    let started = Instant::now();
+    while netns::pids_in(inode).is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(5), "sleep never entered {name}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    lab.shutdown().unwrap();
+
+    let status = sleeper.wait().unwrap();
+    assert!(!status.success(), "the process in the lab was not killed: {status}");
+    assert!(!netns::list("lab-").contains(&name), "namespace {name} survived");
+    assert!(netns::tasks_in(inode).is_empty(), "a thread is still in {name}");
+    let links = host_links();
+    assert!(!links.contains(&format!("labbr{n}:")) && !links.contains(&format!("labtap{n}-")), "{links}");
+    assert!(!run_dir.exists(), "{} survived", run_dir.display());
+}
+
+#[test]
+fn dropping_a_lab_tears_it_down_like_shutdown() {
+    let lab = start("dropping_a_lab_tears_it_down_like_shutdown");
+    let name = lab.name();
+    drop(lab);
+    assert!(!netns::exists(&name), "namespace {name} survived the drop");
+    assert!(!owner::owner_file(&name).exists());
+}
+
+/// A lab number no lab uses right now, from the top of the range (tests start at the bottom).
+fn unused_number() -> u8 {
+    let _lock = owner::lock().unwrap();
+    (120..=154)
+        .rev()
+        .find(|n| {
+            let name = format!("lab-{n}");
+            !netns::exists(&name) && !owner::run_dir(&name).exists()
+        })
+        .expect("a free lab number between 120 and 154")
+}
+
+#[test]
+fn stale_lab_of_a_dead_owner_is_swept_when_a_lab_starts() {
+    let n = unused_number();
+    let name = format!("lab-{n}");
+    // Simulate a harness killed with SIGKILL: a namespace with a process in it,
+    // and an owner file naming a process that is gone.
+    agent::exec::run(Command::new("ip").args(["netns", "add", &name])).unwrap();
+    let mut dead = Command::new("true").spawn().unwrap();
+    let dead_pid = dead.id();
+    dead.wait().unwrap();
+    std::fs::create_dir_all(owner::run_dir(&name).join("vms/node")).unwrap();
+    std::fs::write(owner::owner_file(&name), format!("{dead_pid} 12345\n")).unwrap();
+    let mut orphan = netns::command_in(&name, "sleep");
+    let mut orphan = orphan.arg("1000").stdin(Stdio::null()).spawn().unwrap();
+    let inode = netns::inode(&name).unwrap();
+    let started = Instant::now();
+    while netns::pids_in(inode).is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(5), "sleep never entered {name}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    let lab = start("stale_lab_of_a_dead_owner_is_swept_when_a_lab_starts");
+
+    // Another test's lab may have swept it first; either way it must be gone.
+    assert!(!netns::exists(&name), "stale namespace {name} survived; swept: {:?}", lab.swept());
+    assert!(!orphan.wait().unwrap().success(), "the stale lab's process was not killed");
+    assert!(!owner::run_dir(&name).exists(), "the stale lab's run directory survived");
+    lab.shutdown().unwrap();
+}
+
+#[test]
+fn lab_owned_by_a_live_process_is_not_swept_and_cannot_be_claimed() {
+    let first = start("lab_owned_by_a_live_process_is_not_swept_and_cannot_be_claimed");
+    let err = Lab::start(LabSpec {
+        number: Some(first.number()),
+        ..LabSpec::default()
+    })
+    .err()
+    .expect("a second claim on a live lab must fail");
+    assert!(err.to_string().contains("in use by process"), "{err}");
+    assert!(netns::exists(&first.name()), "the live lab was swept");
+    first.shutdown().unwrap();
+}
+
+#[test]
+fn two_labs_coexist_on_distinct_subnets_with_their_own_records() {
+    let a = start("two_labs_coexist_on_distinct_subnets_with_their_own_records.a");
+    let b = start("two_labs_coexist_on_distinct_subnets_with_their_own_records.b");
+    assert_ne!(a.number(), b.number());
+    assert_ne!(a.addrs().bridge_ip(), b.addrs().bridge_ip());
+    a.dns().set_a("who.lab.test", &[Ipv4Addr::new(10, 0, 0, 1)], 5).unwrap();
+    b.dns().set_a("who.lab.test", &[Ipv4Addr::new(10, 0, 0, 2)], 5).unwrap();
+    assert_eq!(dig(&a, &["+short"], "who.lab.test").trim(), "10.0.0.1");
+    assert_eq!(dig(&b, &["+short"], "who.lab.test").trim(), "10.0.0.2");
+    assert_eq!(a.dns().query_count("who.lab.test").unwrap(), 1);
+    assert_eq!(b.dns().query_count("who.lab.test").unwrap(), 1);
+    a.shutdown().unwrap();
+    assert_eq!(dig(&b, &["+short"], "who.lab.test").trim(), "10.0.0.2", "b stopped answering when a went down");
+    b.shutdown().unwrap();
+}

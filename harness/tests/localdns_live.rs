@@ -1,0 +1,205 @@
+//! The live LocalDNS data path on this host, in network namespaces, with the real CoreDNS run by
+//! the real supervisor from the Corefile and environment file the agent renders (issue 6 item 6).
+//! Needs root, nft and the CoreDNS artifact (`harness images build`), and the agent's binaries
+//! (`cargo build -p agent --bins`).
+
+mod localdns_live_support;
+
+use std::time::{Duration, Instant};
+
+use hickory_proto::op::ResponseCode;
+use localdns_live_support::*;
+
+/// A lab whose supervisor has reported READY on the test's notify socket.
+fn ready_lab(extra_env: &[(&str, &str)]) -> (Lab, Proc, NotifySocket) {
+    let lab = Lab::new(true);
+    let notify = NotifySocket::bind(lab.dir.path());
+    let env = lab.supervisor_env(extra_env);
+    let supervisor = lab.start_supervisor(&env, Some(&notify.path));
+    if let Err(seen) = notify.until("READY=1", Duration::from_secs(60)) {
+        panic!("no READY=1 within 60 s; messages: {seen:?}\n{}", lab.logs());
+    }
+    lab.node.enter();
+    (lab, supervisor, notify)
+}
+
+#[test]
+fn node_listener_answers_upstream_names_and_serves_repeats_from_cache() {
+    let (lab, _supervisor, _notify) = ready_lab(&[]);
+    let first = query(NODE, "www.example.test", false).unwrap();
+    assert_eq!(
+        first,
+        Answer {
+            rcode: ResponseCode::NoError,
+            a: vec!["192.0.2.80".parse().unwrap()]
+        },
+        "{}",
+        lab.logs()
+    );
+    let upstream_before = metric_sum(&metrics(UPSTREAM_METRICS), "coredns_dns_requests_total");
+    let hits_before = metric_sum(&metrics(METRICS), "coredns_cache_hits_total");
+    for tcp in [false, true, false] {
+        assert_eq!(query(NODE, "www.example.test", tcp).unwrap(), first);
+    }
+    let upstream_after = metric_sum(&metrics(UPSTREAM_METRICS), "coredns_dns_requests_total");
+    let hits_after = metric_sum(&metrics(METRICS), "coredns_cache_hits_total");
+    assert_eq!(
+        upstream_after, upstream_before,
+        "repeats must not reach the upstream"
+    );
+    assert!(upstream_before >= 1.0, "the first query reached the upstream");
+    assert!(
+        hits_after >= hits_before + 3.0,
+        "cache hits {hits_before} -> {hits_after}"
+    );
+}
+
+#[test]
+fn cluster_listener_answers_cluster_local_from_the_cluster_server() {
+    let (lab, _supervisor, _notify) = ready_lab(&[]);
+    let answer = query(CLUSTER, "kubernetes.default.svc.cluster.local", false).unwrap();
+    assert_eq!(
+        answer.a,
+        vec!["10.96.0.1".parse::<std::net::Ipv4Addr>().unwrap()],
+        "{answer:?}\n{}",
+        lab.logs()
+    );
+    // The node listener forwards to the upstream, which does not serve cluster.local.
+    let via_node = query(NODE, "kubernetes.default.svc.cluster.local", false).unwrap();
+    assert_ne!(
+        via_node.a, answer.a,
+        "the node listener must not answer from the cluster server"
+    );
+}
+
+#[test]
+fn expired_name_is_served_stale_when_the_upstream_is_gone() {
+    let (mut lab, _supervisor, _notify) = ready_lab(&[]);
+    let fresh = query(NODE, "short.example.test", false).unwrap();
+    assert_eq!(
+        fresh.a,
+        vec!["192.0.2.81".parse::<std::net::Ipv4Addr>().unwrap()],
+        "{}",
+        lab.logs()
+    );
+    let stale_before = metric_sum(&metrics(METRICS), "coredns_cache_served_stale_total");
+    lab.upstream_server.take().expect("upstream runs").stop();
+    // The record's TTL is 1 s, but the cache keeps answers at least its MINTTL (5 s by default).
+    std::thread::sleep(Duration::from_millis(6500));
+    let stale = query(NODE, "short.example.test", false).unwrap();
+    assert_eq!(
+        stale.a,
+        fresh.a,
+        "answer after the upstream stopped: {stale:?}\n{}",
+        lab.logs()
+    );
+    let stale_after = metric_sum(&metrics(METRICS), "coredns_cache_served_stale_total");
+    assert!(
+        stale_after > stale_before,
+        "served_stale {stale_before} -> {stale_after}"
+    );
+}
+
+#[test]
+fn metrics_answer_at_the_metrics_address_with_build_info() {
+    let (_lab, _supervisor, _notify) = ready_lab(&[]);
+    let text = metrics(METRICS);
+    assert!(
+        text.starts_with("HTTP/1.1 200"),
+        "{}",
+        &text[..text.len().min(200)]
+    );
+    assert!(
+        text.contains("coredns_build_info{"),
+        "no coredns_build_info in the metrics"
+    );
+}
+
+#[test]
+fn supervisor_reports_ready_then_watchdog_ticks() {
+    // WatchdogSec=1 → a check every 200 ms.
+    let (lab, _supervisor, notify) = ready_lab(&[("WATCHDOG_USEC", "1000000")]);
+    let started = Instant::now();
+    let mut ticks = 0;
+    while ticks < 3 {
+        match notify.recv(Duration::from_secs(5)) {
+            Some(msg) if msg.contains("WATCHDOG=1") => ticks += 1,
+            Some(_) => {}
+            None => panic!("no WATCHDOG=1 within 5 s after {ticks} ticks\n{}", lab.logs()),
+        }
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "3 ticks took {:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn sigkill_of_coredns_ends_the_supervisor_with_failure_within_seconds() {
+    let (lab, mut supervisor, _notify) = ready_lab(&[]);
+    let pid = supervisor.child.id();
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap();
+    let coredns = children
+        .split_whitespace()
+        .next()
+        .expect("the supervisor has CoreDNS as its child");
+    run(std::process::Command::new("kill").args(["-KILL", coredns]));
+    let killed = Instant::now();
+    let status = supervisor
+        .wait_exit(Duration::from_secs(5))
+        .unwrap_or_else(|| panic!("supervisor still runs 5 s after CoreDNS died\n{}", lab.logs()));
+    assert_eq!(status.code(), Some(128 + 9), "{}", lab.logs());
+    eprintln!("supervisor ended {:?} after SIGKILL of CoreDNS", killed.elapsed());
+}
+
+#[test]
+fn sigterm_stops_coredns_with_sigint_and_exits_cleanly() {
+    let (lab, mut supervisor, _notify) = ready_lab(&[]);
+    run(std::process::Command::new("kill").args(["-TERM", &supervisor.child.id().to_string()]));
+    let status = supervisor
+        .wait_exit(Duration::from_secs(10))
+        .expect("supervisor ends after SIGTERM");
+    assert_eq!(status.code(), Some(0), "{}", lab.logs());
+    assert!(
+        supervisor.log_text().contains("SIGINT: Shutting down"),
+        "CoreDNS got SIGINT:\n{}",
+        lab.logs()
+    );
+}
+
+#[test]
+fn supervisor_gives_up_after_the_tenth_failure_in_the_window_and_not_before() {
+    let (lab, mut supervisor, notify) = ready_lab(&[("WATCHDOG_USEC", "1000000")]);
+    // Health checks made to fail for real: the ready port stops answering.
+    lab.node.run(&["nft", "add table inet h6_fail"]);
+    lab.node.run(&[
+        "nft",
+        "add chain inet h6_fail input { type filter hook input priority 0; policy accept; }",
+    ]);
+    lab.node
+        .run(&["nft", "add rule inet h6_fail input tcp dport 8181 drop"]);
+    let messages = notify
+        .until("WATCHDOG=trigger", Duration::from_secs(30))
+        .unwrap_or_else(|seen| panic!("no WATCHDOG=trigger: {seen:?}\n{}", lab.logs()));
+    assert!(
+        messages.last().unwrap().contains("10 failed health checks"),
+        "{messages:?}"
+    );
+    let status = supervisor
+        .wait_exit(Duration::from_secs(30))
+        .expect("supervisor exits after giving up");
+    assert_eq!(status.code(), Some(4), "{}", lab.logs());
+    let log = supervisor.log_text();
+    // Failures 1..9 were tolerated, each logged, and the 10th gave up.
+    for n in 1..=9 {
+        assert!(
+            log.contains(&format!("failures_in_window={n} ")),
+            "failure {n} not tolerated:\n{log}"
+        );
+    }
+    assert!(
+        !log.contains("failures_in_window=10 "),
+        "the 10th failure must give up, not be tolerated:\n{log}"
+    );
+}

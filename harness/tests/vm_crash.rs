@@ -1,0 +1,110 @@
+//! One VM whose QEMU is killed from outside: the harness reports a crash with QEMU's status
+//! and the console, and cleans up. Before that, on the running VM: a second boot of the same
+//! VM is refused, `wait_until` explains its timeout, and hvc0 gives a root shell.
+//!
+//! Needs the host image: `harness images build`.
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+use harness::vm::{BootImage, Vm, VmError, VmSpec};
+
+/// The host image (`LAB_HOST_IMAGE_DIR` may name a built image directory to use instead of
+/// the cache's current one), or a failure naming the command that builds it.
+fn image() -> BootImage {
+    if let Some(dir) = std::env::var_os("LAB_HOST_IMAGE_DIR") {
+        let image = harness::images::host::load(std::path::Path::new(&dir)).unwrap_or_else(|e| panic!("{e:#}"));
+        return BootImage::from(&image);
+    }
+    let cache = harness::cache::Cache::open().expect("opening the lab cache");
+    let image = harness::images::host::require(&cache).unwrap_or_else(|e| panic!("{e:#}"));
+    BootImage::from(&image)
+}
+
+fn lab() -> String {
+    match std::env::var("NEXTEST_TEST_GLOBAL_SLOT") {
+        Ok(slot) => format!("vmtest-{slot}"),
+        Err(_) => format!("vmtest-p{}", std::process::id()),
+    }
+}
+
+/// Types `command` on the hvc0 console and reads until `expect` shows up.
+fn console_shell(socket: &std::path::Path, command: &str, expect: &str, timeout: Duration) -> String {
+    let mut stream = UnixStream::connect(socket).expect("connecting to hvc0.sock");
+    stream.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let started = Instant::now();
+    let mut seen = String::new();
+    let mut buf = [0u8; 4096];
+    while started.elapsed() < timeout {
+        stream.write_all(format!("\r{command}\r").as_bytes()).unwrap();
+        let until = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < until {
+            if let Ok(n) = stream.read(&mut buf) {
+                seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+            if seen.contains(expect) {
+                return seen;
+            }
+        }
+    }
+    panic!("no {expect:?} on hvc0 after {timeout:?}; saw:\n{seen}");
+}
+
+#[test]
+fn qemu_killed_from_outside_is_reported_as_a_crash() {
+    let spec = VmSpec::new(lab(), "crash", image());
+    let vm = Vm::boot(spec.clone()).expect("booting the VM");
+
+    // The same VM cannot be booted twice.
+    match Vm::boot(spec) {
+        Err(err @ VmError::RunDir(_)) => assert!(err.to_string().contains("already running"), "{err}"),
+        Err(other) => panic!("expected 'already running', got {other}"),
+        Ok(_) => panic!("a second VM with the same name booted"),
+    }
+
+    // A wait that cannot succeed says what, where, how long and why.
+    let err = vm
+        .wait_until(Duration::from_secs(2), "/nonexistent to appear", || vm.run("test -e /nonexistent"))
+        .unwrap_err()
+        .to_string();
+    for part in ["/nonexistent to appear", "VM crash", "test -e /nonexistent", "exit status 1"] {
+        assert!(err.contains(part), "{part:?} missing in {err}");
+    }
+
+    // hvc0 is a root shell.
+    let seen = console_shell(&vm.run_dir().hvc0(), "echo hvc-$((6*7)) $(id -un)", "hvc-42 root", Duration::from_secs(60));
+    assert!(seen.contains("hvc-42 root"));
+
+    // Kill QEMU from outside, as the OOM killer or a person would.
+    let pid = vm.pid();
+    let run_dir = vm.run_dir().clone();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+    let started = Instant::now();
+    let err = vm.run("true").unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(30), "noticing the crash took {:?}", started.elapsed());
+    let text = err.to_string();
+    assert!(matches!(err, VmError::Crashed(_)), "{text}");
+    for part in ["QEMU exited unexpectedly", "signal: 9", "last console lines", "login:"] {
+        assert!(text.contains(part), "{part:?} missing in {text}");
+    }
+    assert!(!vm.is_running());
+
+    vm.shutdown().expect("cleaning up after the crash");
+    assert!(!run_dir.dir().exists() && !run_dir.overlay().exists(), "left behind after the crash");
+}
+
+#[test]
+fn missing_base_image_fails_naming_the_build_command() {
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = BootImage {
+        disk: tmp.path().join("disk.qcow2"),
+        kernel: tmp.path().join("vmlinuz"),
+        initrd: tmp.path().join("initrd.img"),
+    };
+    let err = Vm::boot(VmSpec::new(lab(), "noimage", missing)).err().expect("boot without an image fails");
+    let text = err.to_string();
+    assert!(text.contains("harness images build") && text.contains("disk.qcow2"), "{text}");
+    let run = harness::vm::RunDir::new(&lab(), "noimage");
+    assert!(!run.dir().exists(), "a failed boot left {} behind", run.dir().display());
+}

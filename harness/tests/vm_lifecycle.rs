@@ -1,0 +1,149 @@
+//! One VM on user-mode networking: guest commands (status, stdout, stderr, non-zero fails),
+//! files in and out, `harness vm exec|cp` against it, evidence, reboot from inside and
+//! `system_reset` (each a new boot id), power-off (QEMU exits), and nothing left behind.
+//!
+//! Needs the host image: `harness images build`.
+
+use std::os::unix::fs::PermissionsExt;
+use std::process::Command;
+use std::time::Instant;
+
+use sha2::Digest;
+
+use harness::vm::{BootImage, ExitKind, Vm, VmError, VmSpec};
+
+/// The host image (`LAB_HOST_IMAGE_DIR` may name a built image directory to use instead of
+/// the cache's current one), or a failure naming the command that builds it.
+fn image() -> BootImage {
+    if let Some(dir) = std::env::var_os("LAB_HOST_IMAGE_DIR") {
+        let image = harness::images::host::load(std::path::Path::new(&dir)).unwrap_or_else(|e| panic!("{e:#}"));
+        return BootImage::from(&image);
+    }
+    let cache = harness::cache::Cache::open().expect("opening the lab cache");
+    let image = harness::images::host::require(&cache).unwrap_or_else(|e| panic!("{e:#}"));
+    BootImage::from(&image)
+}
+
+/// The lab name of this test's VMs, from nextest's slot (or the pid outside nextest).
+fn lab() -> String {
+    match std::env::var("NEXTEST_TEST_GLOBAL_SLOT") {
+        Ok(slot) => format!("vmtest-{slot}"),
+        Err(_) => format!("vmtest-p{}", std::process::id()),
+    }
+}
+
+fn harness_cli(lab: &str, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_harness"))
+        .arg("vm")
+        .args(args)
+        .env("LAB_NAME", lab)
+        .output()
+        .expect("running the harness binary")
+}
+
+#[test]
+fn vm_runs_commands_copies_files_reboots_resets_and_powers_off() {
+    let lab = lab();
+    let started = Instant::now();
+    let mut vm = Vm::boot(VmSpec::new(&lab, "lifecycle", image())).expect("booting the VM");
+    let boot = started.elapsed();
+    let first_boot = vm.boot_id().to_string();
+    assert_eq!(
+        vm.run("cat /proc/sys/kernel/random/boot_id").unwrap().trim(),
+        first_boot,
+        "the READY line carries the guest's boot id"
+    );
+
+    // Commands: stdout, stderr and status; a non-zero exit fails unless allowed.
+    let t = Instant::now();
+    assert_eq!(vm.run("echo out; echo err >&2").unwrap(), "out\n");
+    let command_time = t.elapsed();
+    let out = vm.run_unchecked("echo partial; echo broken >&2; exit 3").unwrap();
+    assert_eq!(out.status, ExitKind::Code(3));
+    assert_eq!(out.stdout_text(), "partial\n");
+    assert_eq!(out.stderr_text(), "broken\n");
+    match vm.run("echo partial; echo broken >&2; exit 3") {
+        Err(VmError::CommandFailed { status, stdout, stderr, .. }) => {
+            assert_eq!((status, stdout.as_str(), stderr.as_str()), (ExitKind::Code(3), "partial\n", "broken\n"));
+        }
+        other => panic!("a non-zero exit must fail, got {other:?}"),
+    }
+    assert_eq!(vm.cmd("cat").stdin("from stdin").run().unwrap().stdout_text(), "from stdin");
+    assert!(vm.run("ip -o addr show").unwrap().contains("10.0.2.15/24"), "lab-net set the address");
+
+    // Files in and out, byte for byte, with the mode kept.
+    let tmp = tempfile::tempdir().unwrap();
+    let data: Vec<u8> = (0..3_000_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let host_in = tmp.path().join("in.bin");
+    std::fs::write(&host_in, &data).unwrap();
+    std::fs::set_permissions(&host_in, std::fs::Permissions::from_mode(0o750)).unwrap();
+    let t = Instant::now();
+    vm.copy_in(&host_in, "/root/in.bin").unwrap();
+    let copy_in_time = t.elapsed();
+    assert_eq!(vm.run("stat -c %a /root/in.bin").unwrap().trim(), "750");
+    let host_sum = hex::encode(sha2::Sha256::digest(&data));
+    assert!(vm.run("sha256sum /root/in.bin").unwrap().starts_with(&host_sum));
+    let host_out = tmp.path().join("out.bin");
+    vm.copy_out("/root/in.bin", &host_out).unwrap();
+    assert!(std::fs::read(&host_out).unwrap() == data, "the file came back changed");
+    let err = vm.copy_out("/nonexistent/file", tmp.path().join("x")).unwrap_err().to_string();
+    assert!(err.contains("/nonexistent/file"), "{err}");
+
+    // The CLI reaches the same VM through its run directory.
+    let exec = harness_cli(&lab, &["exec", "lifecycle", "--", "echo via-cli; exit 4"]);
+    assert_eq!(String::from_utf8_lossy(&exec.stdout), "via-cli\n");
+    assert_eq!(exec.status.code(), Some(4), "{}", String::from_utf8_lossy(&exec.stderr));
+    let cli_out = tmp.path().join("cli-out");
+    let cp = harness_cli(&lab, &["cp", "lifecycle:/etc/hostname", cli_out.to_str().unwrap()]);
+    assert!(cp.status.success(), "{}", String::from_utf8_lossy(&cp.stderr));
+    assert_eq!(
+        std::fs::read_to_string(&cli_out).unwrap(),
+        vm.run("cat /etc/hostname").unwrap()
+    );
+
+    // Evidence, asked for: console, QEMU stderr and the guest's state.
+    let dir = harness::evidence::collect(&vm, "vm_lifecycle", "asked for by the test");
+    let console = std::fs::read_to_string(dir.join("console.log")).unwrap();
+    assert!(console.contains("Linux version"), "console log has the boot");
+    let journal = std::fs::read_to_string(dir.join("journal.txt")).unwrap();
+    assert!(journal.contains("lab-ready"), "journal has the readiness unit: {}", &journal[..journal.len().min(500)]);
+    assert!(std::fs::read_to_string(dir.join("ip-addr.txt")).unwrap().contains("10.0.2.15"));
+    for file in ["nft-ruleset.txt", "machinectl-list.txt", "qemu.stderr", "vm.json"] {
+        assert!(dir.join(file).is_file(), "{file} missing in {}", dir.display());
+    }
+
+    // Reboot from inside: a new boot id, and the guest works again.
+    let t = Instant::now();
+    vm.reboot().unwrap();
+    let reboot_time = t.elapsed();
+    let second_boot = vm.boot_id().to_string();
+    assert_ne!(second_boot, first_boot);
+    assert_eq!(vm.run("cat /proc/sys/kernel/random/boot_id").unwrap().trim(), second_boot);
+    assert!(vm.run("cat /root/in.bin | wc -c").unwrap().trim() == "3000000", "the disk kept the file");
+
+    // Reset by QMP: a new boot id again.
+    let t = Instant::now();
+    vm.reset().unwrap();
+    let reset_time = t.elapsed();
+    assert_ne!(vm.boot_id(), second_boot);
+    assert_ne!(vm.boot_id(), first_boot);
+    assert_eq!(vm.run("cat /proc/sys/kernel/random/boot_id").unwrap().trim(), vm.boot_id());
+
+    // Power off: QEMU exits by itself.
+    let t = Instant::now();
+    let status = vm.power_off().unwrap();
+    let power_off_time = t.elapsed();
+    assert!(status.success(), "QEMU exited with {status}");
+    assert!(!vm.is_running());
+
+    let run_dir = vm.run_dir().clone();
+    let pid = vm.pid();
+    vm.shutdown().unwrap();
+    assert!(!run_dir.dir().exists(), "run directory left behind");
+    assert!(!run_dir.overlay().exists(), "overlay left behind");
+    assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "QEMU still exists");
+    eprintln!(
+        "timings: boot {boot:.1?}, command {command_time:.2?}, copy in 3 MB {copy_in_time:.2?}, \
+         reboot {reboot_time:.1?}, reset {reset_time:.1?}, power-off {power_off_time:.1?}"
+    );
+}

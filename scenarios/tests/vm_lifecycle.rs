@@ -1,0 +1,56 @@
+//! A lab VM's life: it boots for every node config, answers commands, reaches
+//! the lab's services, reboots from inside and by QMP reset (a new boot id each
+//! time) and powers off.
+
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+
+use harness::vm::ExitKind;
+use rstest::rstest;
+use scenarios::LabNode;
+
+#[rstest]
+fn vm_boots_answers_commands_reboots_both_ways_and_powers_off(
+    #[files("../node-configs/*.json")] node_config: PathBuf,
+) -> anyhow::Result<()> {
+    let mut node = LabNode::boot(&node_config)?;
+    let LabNode { vm, lab, node: config, .. } = &mut node;
+    assert_eq!(vm.name(), config.name());
+
+    // Commands: stdout back, a non-zero exit is an error unless allowed.
+    assert_eq!(vm.run("cat /proc/sys/kernel/random/boot_id")?.trim(), vm.boot_id());
+    assert!(vm.run("exit 3").is_err(), "a failing guest command must be an error");
+    let out = vm.cmd("echo out; echo err >&2; exit 3").allow_failure().run()?;
+    assert_eq!((out.status, out.stdout_text(), out.stderr_text()), (ExitKind::Code(3), "out\n".into(), "err\n".into()));
+
+    // The guest has its lab address and uses the lab's DNS and artifact servers.
+    let nic = &lab.nics()[0];
+    let addrs = vm.run("ip -4 -o addr show")?;
+    assert!(addrs.contains(&format!("{}/24", nic.ip)), "{addrs}");
+    lab.dns().set_a("probe.lab.test", &[Ipv4Addr::new(10, 1, 2, 3)], 5)?;
+    assert!(vm.run("getent hosts probe.lab.test")?.starts_with("10.1.2.3"));
+    assert!(lab.dns().query_count("probe.lab.test")? >= 1, "the guest did not ask the lab's DNS server");
+    let probe = lab.run_dir().join("probe.txt");
+    std::fs::write(&probe, "served by the lab\n")?;
+    lab.http().publish("/probe.txt", &probe)?;
+    let url = format!("{}/probe.txt", lab.addrs().http_url());
+    assert_eq!(vm.run(&format!("curl -sSf {url}"))?, "served by the lab\n");
+    assert_eq!(lab.http().requests()[0].path, "/probe.txt");
+
+    // Reboot from inside, then reset by QMP: a new boot id each time.
+    let first = vm.boot_id().to_string();
+    vm.reboot()?;
+    let second = vm.boot_id().to_string();
+    assert_ne!(first, second, "reboot kept the boot id");
+    assert_eq!(vm.run("cat /proc/sys/kernel/random/boot_id")?.trim(), second);
+    vm.reset()?;
+    let third = vm.boot_id().to_string();
+    assert!(third != second && third != first, "reset kept an old boot id");
+    assert_eq!(vm.run("cat /proc/sys/kernel/random/boot_id")?.trim(), third);
+
+    // Power off: QEMU exits cleanly.
+    let status = vm.power_off()?;
+    assert!(status.success(), "QEMU exited with {status} after power-off");
+    assert!(!vm.is_running());
+    node.shutdown()
+}
