@@ -8,6 +8,7 @@ NEXTEST_VERSION=0.9.151
 APT_PACKAGES=(
   qemu-system-x86 qemu-utils mmdebstrap debian-archive-keyring
   nftables conntrack iproute2 dnsutils curl zstd e2fsprogs fakeroot
+  shellcheck
 )
 
 missing=()

@@ -203,8 +203,13 @@ fn render_with_host_facts_takes_upstreams_from_resolved() {
 #[test]
 fn preflight_reports_json_with_the_localdns_config_check() {
     let dir = tempfile::tempdir().unwrap();
-    let (config, _) = case_files(dir.path(), "defaults");
-    let out = agent(&["preflight", "--config", &config, "--output", "json"]);
+    let config = dir.path().join("config.json");
+    let mut c = case("defaults")["config"].clone();
+    // An offline bundle that does not exist: the artifact check fails at once instead of going online.
+    c["OfflineArtifacts"] = serde_json::json!({"Source": dir.path().join("no-bundle").to_str().unwrap()});
+    std::fs::write(&config, c.to_string()).unwrap();
+    let config = config.to_str().unwrap();
+    let out = agent(&["preflight", "--config", config, "--output", "json"]);
     let report: serde_json::Value =
         serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
     let first = &report["checks"][0];

@@ -11,6 +11,22 @@ use agent::hostnet::plan::Step;
 use agent::hostnet::{LINK_NAME, ResetPaths, apply, model, nft, reset};
 use hostnet_support::*;
 
+/// A fresh network namespace on a kernel that has dummy links (fails on this project's build host,
+/// whose kernel has none: these tests run in a lab VM, see `harness/tests/lab_guest_tests.rs`).
+fn guest_netns() {
+    fresh_netns();
+    let netlink = Netlink::open().expect("netlink");
+    match netlink.create_dummy("probe0") {
+        Ok(()) => netlink
+            .delete(netlink.observe("probe0").unwrap().unwrap().index)
+            .unwrap(),
+        Err(err) => panic!(
+            "{err}: guest tests need Debian's kernel; run them in a lab VM with \
+             `cargo nextest run -p harness --test lab_guest_tests`"
+        ),
+    }
+}
+
 fn observed_link() -> Option<ObservedLink> {
     Netlink::open()
         .expect("netlink")
@@ -29,7 +45,7 @@ fn ip_addr_text() -> String {
 
 #[test]
 fn guest_apply_creates_exactly_the_spec_link_and_ruleset() {
-    fresh_netns();
+    guest_netns();
     let report = apply(&spec(true), &script(true)).unwrap_or_else(|e| panic!("apply: {e:#}"));
     assert!(report.changed());
     let link = observed_link().expect("link localdns exists after apply");
@@ -58,7 +74,7 @@ fn guest_apply_creates_exactly_the_spec_link_and_ruleset() {
 
 #[test]
 fn guest_second_apply_changes_nothing() {
-    fresh_netns();
+    guest_netns();
     apply(&spec(true), &script(true)).unwrap();
     let handles_before = rules_text();
     let second = apply(&spec(true), &script(true)).unwrap();
@@ -73,7 +89,7 @@ fn guest_second_apply_changes_nothing() {
 
 #[test]
 fn guest_stale_addresses_are_replaced_and_a_down_link_comes_up() {
-    fresh_netns();
+    guest_netns();
     run(Command::new("ip").args(["link", "add", "localdns", "type", "dummy"]));
     run(Command::new("ip").args(["addr", "add", "169.254.20.10/32", "dev", "localdns"]));
     run(Command::new("ip").args(["addr", "add", "169.254.10.10/24", "dev", "localdns"]));
@@ -92,7 +108,7 @@ fn guest_stale_addresses_are_replaced_and_a_down_link_comes_up() {
 
 #[test]
 fn guest_a_bridge_called_localdns_is_refused_and_survives() {
-    fresh_netns();
+    guest_netns();
     run(Command::new("ip").args(["link", "add", "localdns", "type", "bridge"]));
     let err = apply(&spec(true), &script(true)).unwrap_err();
     assert!(err.to_string().contains("kind bridge"), "{err}");
@@ -106,7 +122,7 @@ fn guest_a_bridge_called_localdns_is_refused_and_survives() {
 
 #[test]
 fn guest_reset_leaves_nothing_of_ours() {
-    fresh_netns();
+    guest_netns();
     apply(&spec(true), &script(true)).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let paths = ResetPaths::new(dir.path());
@@ -133,7 +149,7 @@ fn guest_reset_leaves_nothing_of_ours() {
 
 #[test]
 fn guest_reset_with_only_the_link_present_works() {
-    fresh_netns();
+    guest_netns();
     run(Command::new("ip").args(["link", "add", "localdns", "type", "dummy"]));
     let dir = tempfile::tempdir().unwrap();
     let report = reset(&ResetPaths::new(dir.path()));
@@ -147,7 +163,7 @@ fn guest_reset_with_only_the_link_present_works() {
 
 #[test]
 fn guest_apply_through_the_cli_writes_the_script_it_applied() {
-    fresh_netns();
+    guest_netns();
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("config.json");
     std::fs::write(&config, config_text(true)).unwrap();

@@ -23,6 +23,7 @@ fn guest_kernel_creates_a_dummy_link_in_a_fresh_namespace() {
     exec::run(Command::new("ip").args(["netns", "add", &ns.0])).unwrap();
     exec::run(Command::new("ip").args(["-n", &ns.0, "link", "add", "smoke0", "type", "dummy"]))
         .unwrap_or_else(|e| panic!("this kernel has no dummy link type (run it in a lab VM): {e}"));
-    let shown = exec::run_stdout(Command::new("ip").args(["-n", &ns.0, "-d", "link", "show", "smoke0"])).unwrap();
+    let shown =
+        exec::run_stdout(Command::new("ip").args(["-n", &ns.0, "-d", "link", "show", "smoke0"])).unwrap();
     assert!(shown.contains("dummy"), "{shown}");
 }

@@ -385,7 +385,7 @@ proptest! {
         taints in prop::collection::vec("[a-z]{1,5}(=[a-z]{1,3})?:NoSchedule", 0..3),
     ) {
         let downloads = (core_dns.is_some() || kubernetes.is_some())
-            .then(|| DownloadsConfig { kubernetes, core_dns });
+            .then_some(DownloadsConfig { kubernetes, core_dns });
         let kubelet = (!labels.is_empty() || !taints.is_empty()).then(|| KubeletConfig {
             labels,
             register_with_taints: taints,

@@ -77,3 +77,26 @@ fn script_applies_twice_in_a_fresh_netns_and_lists_as_rendered() {
         12
     );
 }
+
+#[test]
+fn applied_script_matches_the_host_network_model_both_ways() {
+    require_nft();
+    for replies in [true, false] {
+        let f = write(&script(replies));
+        let path = f.path().display().to_string();
+        let json = exec::run_stdout(Command::new("unshare").args([
+            "--net",
+            "sh",
+            "-c",
+            &format!("nft -f {path} && nft -j list table ip unbounded_localdns"),
+        ]))
+        .unwrap_or_else(|e| panic!("applying in a fresh network namespace failed (needs root): {e}"));
+        let live = agent::hostnet::model::from_nft_json(&json).unwrap();
+        let spec = agent::hostnet::NetworkSpec {
+            node_listener: [169, 254, 10, 10].into(),
+            cluster_listener: [169, 254, 10, 11].into(),
+            notrack_replies: replies,
+        };
+        assert_eq!(live, agent::hostnet::model::desired(&spec), "replies={replies}");
+    }
+}

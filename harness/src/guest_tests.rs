@@ -123,7 +123,9 @@ impl GuestTests {
     pub fn build(packages: &[&str]) -> Result<GuestTests, GuestTestsError> {
         let repo = evidence::repo_root();
         let nextest = find_nextest()?;
-        let dir = repo.join("target/guest-tests").join(std::process::id().to_string());
+        let dir = repo
+            .join("target/guest-tests")
+            .join(std::process::id().to_string());
         fs::create_dir_all(&dir).map_err(io("creating", &dir))?;
         let filter = packages
             .iter()
@@ -135,7 +137,14 @@ impl GuestTests {
         exec::run(
             Command::new(cargo)
                 .current_dir(&repo)
-                .args(["nextest", "archive", "--workspace", "-E", &filter, "--archive-file"])
+                .args([
+                    "nextest",
+                    "archive",
+                    "--workspace",
+                    "-E",
+                    &filter,
+                    "--archive-file",
+                ])
                 .arg(dir.join("tests.tar.zst")),
         )
         .map_err(GuestTestsError::Archive)?;
@@ -154,7 +163,10 @@ impl GuestTests {
     }
 
     fn guest_path(&self, file: &str) -> String {
-        let relative = self.dir.strip_prefix(&self.repo).expect("archive dir is under the repo");
+        let relative = self
+            .dir
+            .strip_prefix(&self.repo)
+            .expect("archive dir is under the repo");
         format!("{GUEST_MOUNT}/{}/{file}", relative.display())
     }
 
@@ -163,7 +175,7 @@ impl GuestTests {
         format!(
             r#"set -eu
 mountpoint -q {GUEST_MOUNT} || {{ echo "{GUEST_MOUNT} is not mounted: the VM needs the repository shared (VmSpec::share)" >&2; exit 90; }}
-rm -rf {GUEST_WORK} && mkdir -p {GUEST_WORK}
+rm -rf {GUEST_WORK} && mkdir -p {GUEST_WORK}/extract
 cat > {GUEST_WORK}/nextest.toml <<'EOF'
 [store]
 dir = "{GUEST_WORK}/store"
@@ -278,8 +290,14 @@ mod tests {
             dir: PathBuf::from("/work/repo/target/guest-tests/42"),
         };
         let script = tests.guest_script(GUEST_FILTER);
-        assert!(script.contains("/mnt/lab/target/guest-tests/42/cargo-nextest nextest run"), "{script}");
-        assert!(script.contains("--archive-file /mnt/lab/target/guest-tests/42/tests.tar.zst"), "{script}");
+        assert!(
+            script.contains("/mnt/lab/target/guest-tests/42/cargo-nextest nextest run"),
+            "{script}"
+        );
+        assert!(
+            script.contains("--archive-file /mnt/lab/target/guest-tests/42/tests.tar.zst"),
+            "{script}"
+        );
         assert!(script.contains("--workspace-remap /mnt/lab"), "{script}");
         assert!(script.contains(&format!("-E '{GUEST_FILTER}'")), "{script}");
         std::mem::forget(tests); // its Drop would remove a directory that does not exist

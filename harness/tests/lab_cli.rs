@@ -58,8 +58,16 @@ fn lab_up(n: u8) -> Child {
 fn assert_nothing_left(n: u8) {
     let name = format!("lab-{n}");
     assert!(!netns::exists(&name), "namespace {name} survived");
-    assert!(!owner::run_dir(&name).exists(), "{} survived", owner::run_dir(&name).display());
-    assert!(!owner::state_dir(&name).exists(), "{} survived", owner::state_dir(&name).display());
+    assert!(
+        !owner::run_dir(&name).exists(),
+        "{} survived",
+        owner::run_dir(&name).display()
+    );
+    assert!(
+        !owner::state_dir(&name).exists(),
+        "{} survived",
+        owner::state_dir(&name).display()
+    );
     let links = agent::exec::run_stdout(Command::new("ip").args(["-o", "link"])).unwrap();
     assert!(!links.contains(&format!("labbr{n}:")), "{links}");
 }
@@ -86,7 +94,10 @@ fn lab_down_from_another_terminal_stops_lab_up_and_leaves_nothing() {
         netns::command_in(&name, "dig").args([&format!("@192.168.{}.1", 100 + u32::from(n)), "x.lab.test"]),
     )
     .unwrap();
-    assert!(String::from_utf8_lossy(&dig.stdout).contains("NXDOMAIN"), "the lab's DNS server did not answer");
+    assert!(
+        String::from_utf8_lossy(&dig.stdout).contains("NXDOMAIN"),
+        "the lab's DNS server did not answer"
+    );
 
     let down = agent::exec::run(Command::new(HARNESS).args(["lab", "down", "--lab", &n.to_string()]));
     assert!(down.is_ok(), "{}", down.unwrap_err());
@@ -111,7 +122,10 @@ fn lab_down_removes_a_lab_whose_owner_was_killed() {
     let mut up = lab_up(n);
     kill(Pid::from_raw(up.id() as i32), Signal::SIGKILL).unwrap();
     up.wait().unwrap();
-    assert!(netns::exists(&format!("lab-{n}")), "SIGKILL cannot clean up; the lab should still be there");
+    assert!(
+        netns::exists(&format!("lab-{n}")),
+        "SIGKILL cannot clean up; the lab should still be there"
+    );
     agent::exec::run(Command::new(HARNESS).args(["lab", "down", "--lab", &n.to_string()])).unwrap();
     assert_nothing_left(n);
 }

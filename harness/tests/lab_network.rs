@@ -35,11 +35,20 @@ fn lab_comes_up_with_its_bridge_address_inside_its_own_namespace() {
     let lab = start("lab_comes_up_with_its_bridge_address_inside_its_own_namespace");
     let n = lab.number();
     assert!(netns::list("lab-").contains(&format!("lab-{n}")));
-    let addr = run_in(&lab, &["ip", "-o", "-4", "addr", "show", "dev", &format!("labbr{n}")]);
-    assert!(addr.contains(&format!("192.168.{}.1/24", 100 + u32::from(n))), "{addr}");
+    let addr = run_in(
+        &lab,
+        &["ip", "-o", "-4", "addr", "show", "dev", &format!("labbr{n}")],
+    );
+    assert!(
+        addr.contains(&format!("192.168.{}.1/24", 100 + u32::from(n))),
+        "{addr}"
+    );
     let lo = run_in(&lab, &["ip", "-o", "link", "show", "lo"]);
     assert!(lo.contains("UP"), "lo is not up: {lo}");
-    assert!(!host_links().contains(&format!("labbr{n}")), "the bridge leaked into the host namespace");
+    assert!(
+        !host_links().contains(&format!("labbr{n}")),
+        "the bridge leaked into the host namespace"
+    );
     let nic = lab.attach_vm().unwrap();
     assert_eq!(nic.tap, format!("labtap{n}-0"));
     assert_eq!(nic.ip, Ipv4Addr::new(192, 168, 100 + n, 10));
@@ -51,7 +60,9 @@ fn lab_comes_up_with_its_bridge_address_inside_its_own_namespace() {
 #[test]
 fn dns_server_answers_test_records_inside_the_namespace_and_counts_queries() {
     let lab = start("dns_server_answers_test_records_inside_the_namespace_and_counts_queries");
-    lab.dns().set_a("web.lab.test", &[Ipv4Addr::new(10, 9, 8, 7)], 5).unwrap();
+    lab.dns()
+        .set_a("web.lab.test", &[Ipv4Addr::new(10, 9, 8, 7)], 5)
+        .unwrap();
     assert_eq!(dig(&lab, &["+short"], "web.lab.test").trim(), "10.9.8.7");
     assert_eq!(dig(&lab, &["+short", "+tcp"], "web.lab.test").trim(), "10.9.8.7");
     assert_eq!(lab.dns().query_count("web.lab.test").unwrap(), 2);
@@ -77,10 +88,17 @@ fn dns_server_answers_test_records_inside_the_namespace_and_counts_queries() {
 #[test]
 fn dns_server_in_drop_mode_leaves_the_client_without_an_answer() {
     let lab = start("dns_server_in_drop_mode_leaves_the_client_without_an_answer");
-    lab.dns().set_a("web.lab.test", &[Ipv4Addr::LOCALHOST], 5).unwrap();
+    lab.dns()
+        .set_a("web.lab.test", &[Ipv4Addr::LOCALHOST], 5)
+        .unwrap();
     lab.dns().set_failure(DnsFailure::Drop);
     let mut cmd = lab.command("dig");
-    cmd.args([&format!("@{}", lab.addrs().bridge_ip()), "web.lab.test", "+tries=1", "+time=1"]);
+    cmd.args([
+        &format!("@{}", lab.addrs().bridge_ip()),
+        "web.lab.test",
+        "+tries=1",
+        "+time=1",
+    ]);
     let out = agent::exec::run_unchecked(&mut cmd).unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(!out.status.success() && stdout.contains("timed out"), "{stdout}");
@@ -102,7 +120,20 @@ fn http_server_serves_a_file_logs_the_request_and_404s_a_missing_one() {
     let body = run_in(&lab, &["curl", "--noproxy", "*", "-sSf", &url]);
     assert_eq!(body, "artifact bytes");
     let missing = format!("{}/coredns/missing.tgz", lab.addrs().http_url());
-    let status = run_in(&lab, &["curl", "--noproxy", "*", "-s", "-o", "/dev/null", "-w", "%{http_code}", &missing]);
+    let status = run_in(
+        &lab,
+        &[
+            "curl",
+            "--noproxy",
+            "*",
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            &missing,
+        ],
+    );
     assert_eq!(status, "404");
 
     let requests = lab.http().requests();
@@ -112,7 +143,10 @@ fn http_server_serves_a_file_logs_the_request_and_404s_a_missing_one() {
         .collect();
     assert_eq!(
         seen,
-        [("GET", "/coredns/coredns.tgz", 200, 14), ("GET", "/coredns/missing.tgz", 404, 0)]
+        [
+            ("GET", "/coredns/coredns.tgz", 200, 14),
+            ("GET", "/coredns/missing.tgz", 404, 0)
+        ]
     );
     let log = std::fs::read_to_string(lab.log_dir().join("http-requests.log")).unwrap();
     assert!(log.contains("GET /coredns/coredns.tgz 200 14"), "{log}");
@@ -128,10 +162,31 @@ fn services_are_not_reachable_from_the_host_namespace() {
     let url = format!("{}/anything", lab.addrs().http_url());
     agent::exec::run_unchecked(Command::new("curl").args(["-sS", "--noproxy", "*", "--max-time", "2", &url]))
         .unwrap();
-    assert_eq!(lab.http().requests(), [], "the artifact server was reached from the host namespace");
-    let inside = run_in(&lab, &["curl", "--noproxy", "*", "-s", "-o", "/dev/null", "-w", "%{http_code}", &url]);
+    assert_eq!(
+        lab.http().requests(),
+        [],
+        "the artifact server was reached from the host namespace"
+    );
+    let inside = run_in(
+        &lab,
+        &[
+            "curl",
+            "--noproxy",
+            "*",
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            &url,
+        ],
+    );
     assert_eq!(inside, "404");
-    assert_eq!(lab.http().request_count(), 1, "the request from inside the lab was not counted");
+    assert_eq!(
+        lab.http().request_count(),
+        1,
+        "the request from inside the lab was not counted"
+    );
     lab.shutdown().unwrap();
 }
 
@@ -148,18 +203,27 @@ fn teardown_leaves_no_namespace_link_process_or_directory() {
     let inode = netns::inode(&name).unwrap();
     let started = Instant::now();
     while netns::pids_in(inode).is_empty() {
-        assert!(started.elapsed() < Duration::from_secs(5), "sleep never entered {name}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "sleep never entered {name}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 
     lab.shutdown().unwrap();
 
     let status = sleeper.wait().unwrap();
-    assert!(!status.success(), "the process in the lab was not killed: {status}");
+    assert!(
+        !status.success(),
+        "the process in the lab was not killed: {status}"
+    );
     assert!(!netns::list("lab-").contains(&name), "namespace {name} survived");
     assert!(netns::tasks_in(inode).is_empty(), "a thread is still in {name}");
     let links = host_links();
-    assert!(!links.contains(&format!("labbr{n}:")) && !links.contains(&format!("labtap{n}-")), "{links}");
+    assert!(
+        !links.contains(&format!("labbr{n}:")) && !links.contains(&format!("labtap{n}-")),
+        "{links}"
+    );
     assert!(!run_dir.exists(), "{} survived", run_dir.display());
 }
 
@@ -201,16 +265,29 @@ fn stale_lab_of_a_dead_owner_is_swept_when_a_lab_starts() {
     let inode = netns::inode(&name).unwrap();
     let started = Instant::now();
     while netns::pids_in(inode).is_empty() {
-        assert!(started.elapsed() < Duration::from_secs(5), "sleep never entered {name}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "sleep never entered {name}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 
     let lab = start("stale_lab_of_a_dead_owner_is_swept_when_a_lab_starts");
 
     // Another test's lab may have swept it first; either way it must be gone.
-    assert!(!netns::exists(&name), "stale namespace {name} survived; swept: {:?}", lab.swept());
-    assert!(!orphan.wait().unwrap().success(), "the stale lab's process was not killed");
-    assert!(!owner::run_dir(&name).exists(), "the stale lab's run directory survived");
+    assert!(
+        !netns::exists(&name),
+        "stale namespace {name} survived; swept: {:?}",
+        lab.swept()
+    );
+    assert!(
+        !orphan.wait().unwrap().success(),
+        "the stale lab's process was not killed"
+    );
+    assert!(
+        !owner::run_dir(&name).exists(),
+        "the stale lab's run directory survived"
+    );
     lab.shutdown().unwrap();
 }
 
@@ -234,13 +311,21 @@ fn two_labs_coexist_on_distinct_subnets_with_their_own_records() {
     let b = start("two_labs_coexist_on_distinct_subnets_with_their_own_records.b");
     assert_ne!(a.number(), b.number());
     assert_ne!(a.addrs().bridge_ip(), b.addrs().bridge_ip());
-    a.dns().set_a("who.lab.test", &[Ipv4Addr::new(10, 0, 0, 1)], 5).unwrap();
-    b.dns().set_a("who.lab.test", &[Ipv4Addr::new(10, 0, 0, 2)], 5).unwrap();
+    a.dns()
+        .set_a("who.lab.test", &[Ipv4Addr::new(10, 0, 0, 1)], 5)
+        .unwrap();
+    b.dns()
+        .set_a("who.lab.test", &[Ipv4Addr::new(10, 0, 0, 2)], 5)
+        .unwrap();
     assert_eq!(dig(&a, &["+short"], "who.lab.test").trim(), "10.0.0.1");
     assert_eq!(dig(&b, &["+short"], "who.lab.test").trim(), "10.0.0.2");
     assert_eq!(a.dns().query_count("who.lab.test").unwrap(), 1);
     assert_eq!(b.dns().query_count("who.lab.test").unwrap(), 1);
     a.shutdown().unwrap();
-    assert_eq!(dig(&b, &["+short"], "who.lab.test").trim(), "10.0.0.2", "b stopped answering when a went down");
+    assert_eq!(
+        dig(&b, &["+short"], "who.lab.test").trim(),
+        "10.0.0.2",
+        "b stopped answering when a went down"
+    );
     b.shutdown().unwrap();
 }

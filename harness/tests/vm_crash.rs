@@ -104,7 +104,8 @@ fn missing_base_image_fails_naming_the_build_command() {
     };
     let err = Vm::boot(VmSpec::new(lab(), "noimage", missing)).err().expect("boot without an image fails");
     let text = err.to_string();
-    assert!(text.contains("harness images build") && text.contains("disk.qcow2"), "{text}");
+    assert!(text.contains("harness images build") && text.contains("does not exist"), "{text}");
+    assert!(text.contains(tmp.path().to_str().unwrap()), "the error names the missing file: {text}");
     let run = harness::vm::RunDir::new(&lab(), "noimage");
     assert!(!run.dir().exists(), "a failed boot left {} behind", run.dir().display());
 }

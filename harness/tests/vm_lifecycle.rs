@@ -84,8 +84,15 @@ fn vm_runs_commands_copies_files_reboots_resets_and_powers_off() {
     let host_sum = hex::encode(sha2::Sha256::digest(&data));
     assert!(vm.run("sha256sum /root/in.bin").unwrap().starts_with(&host_sum));
     let host_out = tmp.path().join("out.bin");
+    let t = Instant::now();
     vm.copy_out("/root/in.bin", &host_out).unwrap();
+    let copy_out_time = t.elapsed();
     assert!(std::fs::read(&host_out).unwrap() == data, "the file came back changed");
+    // The agent's own file commands (the fallback when the data port is unavailable).
+    let agent_only = harness::vm::GuestAgent::new("lifecycle", vm.run_dir().qga(), *vm.deadlines());
+    agent_only.write_file("/root/small.bin", &data[..300_000], 0o600, &|| None).unwrap();
+    assert!(agent_only.read_file("/root/small.bin", &|| None).unwrap() == data[..300_000]);
+    assert_eq!(vm.run("stat -c %a /root/small.bin").unwrap().trim(), "600");
     let err = vm.copy_out("/nonexistent/file", tmp.path().join("x")).unwrap_err().to_string();
     assert!(err.contains("/nonexistent/file"), "{err}");
 
@@ -143,7 +150,7 @@ fn vm_runs_commands_copies_files_reboots_resets_and_powers_off() {
     assert!(!run_dir.overlay().exists(), "overlay left behind");
     assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "QEMU still exists");
     eprintln!(
-        "timings: boot {boot:.1?}, command {command_time:.2?}, copy in 3 MB {copy_in_time:.2?}, \
+        "timings: boot {boot:.1?}, command {command_time:.2?}, copy in 3 MB {copy_in_time:.2?}, copy out {copy_out_time:.2?}, \
          reboot {reboot_time:.1?}, reset {reset_time:.1?}, power-off {power_off_time:.1?}"
     );
 }

@@ -14,22 +14,40 @@ fn vm_boots_answers_commands_reboots_both_ways_and_powers_off(
     #[files("../node-configs/*.json")] node_config: PathBuf,
 ) -> anyhow::Result<()> {
     let mut node = LabNode::boot(&node_config)?;
-    let LabNode { vm, lab, node: config, .. } = &mut node;
+    let LabNode {
+        vm,
+        lab,
+        node: config,
+        ..
+    } = &mut node;
     assert_eq!(vm.name(), config.name());
 
     // Commands: stdout back, a non-zero exit is an error unless allowed.
-    assert_eq!(vm.run("cat /proc/sys/kernel/random/boot_id")?.trim(), vm.boot_id());
-    assert!(vm.run("exit 3").is_err(), "a failing guest command must be an error");
+    assert_eq!(
+        vm.run("cat /proc/sys/kernel/random/boot_id")?.trim(),
+        vm.boot_id()
+    );
+    assert!(
+        vm.run("exit 3").is_err(),
+        "a failing guest command must be an error"
+    );
     let out = vm.cmd("echo out; echo err >&2; exit 3").allow_failure().run()?;
-    assert_eq!((out.status, out.stdout_text(), out.stderr_text()), (ExitKind::Code(3), "out\n".into(), "err\n".into()));
+    assert_eq!(
+        (out.status, out.stdout_text(), out.stderr_text()),
+        (ExitKind::Code(3), "out\n".into(), "err\n".into())
+    );
 
     // The guest has its lab address and uses the lab's DNS and artifact servers.
     let nic = &lab.nics()[0];
     let addrs = vm.run("ip -4 -o addr show")?;
     assert!(addrs.contains(&format!("{}/24", nic.ip)), "{addrs}");
-    lab.dns().set_a("probe.lab.test", &[Ipv4Addr::new(10, 1, 2, 3)], 5)?;
+    lab.dns()
+        .set_a("probe.lab.test", &[Ipv4Addr::new(10, 1, 2, 3)], 5)?;
     assert!(vm.run("getent hosts probe.lab.test")?.starts_with("10.1.2.3"));
-    assert!(lab.dns().query_count("probe.lab.test")? >= 1, "the guest did not ask the lab's DNS server");
+    assert!(
+        lab.dns().query_count("probe.lab.test")? >= 1,
+        "the guest did not ask the lab's DNS server"
+    );
     let probe = lab.run_dir().join("probe.txt");
     std::fs::write(&probe, "served by the lab\n")?;
     lab.http().publish("/probe.txt", &probe)?;

@@ -93,6 +93,7 @@ pub fn install(request: &Request, rootfs: &Path, fetcher: &Fetcher) -> Result<In
             reason: format!("{} is not a directory", rootfs.display()),
         });
     }
+    refuse_symlinks_below(rootfs, INSTALL_PATH)?;
     let resolved = request.resolve(source::host_arch()?)?;
     let reported = RefCell::new(None);
     let validate = |candidate: &Path| {
@@ -110,10 +111,63 @@ pub fn install(request: &Request, rootfs: &Path, fetcher: &Fetcher) -> Result<In
     Ok(installed)
 }
 
+/// Refuses to install when a directory on the way (`usr`, `usr/local`,
+/// `usr/local/bin`) is a symbolic link: resolved on the host it could point
+/// out of the machine rootfs.
+fn refuse_symlinks_below(rootfs: &Path, relative: &str) -> Result<(), ArtifactError> {
+    let mut path = rootfs.to_path_buf();
+    let parent = Path::new(relative).parent().unwrap_or(Path::new(""));
+    for part in parent.components() {
+        path.push(part);
+        if path.symlink_metadata().is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(ArtifactError::InvalidSource {
+                field: "rootfs".into(),
+                reason: format!(
+                    "{} is a symbolic link; refusing to install through it",
+                    path.display()
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Checks, without downloading the binary, that the source is reachable
 /// (online: its sidecar answers) or present (offline); returns what was checked.
 pub fn probe(request: &Request, fetcher: &Fetcher) -> Result<Resolved, ArtifactError> {
     let resolved = request.resolve(source::host_arch()?)?;
     super::probe(&resolved, fetcher)?;
     Ok(resolved)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::artifact::FetchOptions;
+
+    #[test]
+    fn a_symlinked_directory_in_the_rootfs_is_refused_and_its_target_untouched() {
+        let rootfs = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(rootfs.path().join("usr")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), rootfs.path().join("usr/local")).unwrap();
+        let request = Request {
+            offline_source: Some("/nonexistent".into()),
+            ..Request::default()
+        };
+        let err = install(&request, rootfs.path(), &Fetcher::new(FetchOptions::default())).unwrap_err();
+        assert!(err.to_string().contains("usr/local is a symbolic link"), "{err}");
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn a_missing_rootfs_is_refused() {
+        let err = install(
+            &Request::default(),
+            Path::new("/nonexistent/rootfs"),
+            &Fetcher::new(FetchOptions::default()),
+        )
+        .unwrap_err();
+        assert_eq!(err.to_string(), "rootfs: /nonexistent/rootfs is not a directory");
+    }
 }

@@ -75,8 +75,12 @@ impl HostFacts {
             source: std::io::ErrorKind::NotFound.into(),
         })?;
         let resolved_resolv_conf = read("/run/systemd/resolve/resolv.conf")?;
+        // Only asked when resolved is around; if it does not answer, the fact stays
+        // missing and upstream discovery says so should it need it.
         let resolvectl_domain = match resolved_resolv_conf {
-            Some(_) => Some(crate::exec::run_stdout(Command::new("resolvectl").arg("domain"))?),
+            Some(_) => crate::exec::run(Command::new("resolvectl").arg("domain"))
+                .ok()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned()),
             None => None,
         };
         let addr_json = crate::exec::run_stdout(Command::new("ip").args(["-j", "-4", "addr", "show"]))?;

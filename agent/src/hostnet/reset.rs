@@ -192,12 +192,11 @@ pub fn reset(paths: &ResetPaths) -> ResetReport {
             let _ = std::fs::remove_dir(dir);
         }
     }
-    if paths.is_live_root() && systemd_is_running() {
-        if let Err(err) = exec::run(Command::new("systemctl").arg("daemon-reload")) {
-            report
-                .failed
-                .push(("systemctl daemon-reload".into(), format!("{err:#}")));
-        }
+    if paths.is_live_root()
+        && systemd_is_running()
+        && let Err(err) = exec::run(Command::new("systemctl").arg("daemon-reload"))
+    {
+        report.failed.push(("systemctl daemon-reload".into(), format!("{err:#}")));
     }
     report
 }

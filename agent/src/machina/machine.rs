@@ -10,6 +10,8 @@ use serde::{Deserialize, Serialize};
 use super::agent_spec::AgentSpec;
 
 /// The desired state of a host: its Kubernetes node, the agent's settings and its configuration.
+// Each `printcolumn(...)` repeats `type_ = ...`, which clippy takes for duplicated attributes.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "unbounded-cloud.io",

@@ -11,6 +11,8 @@ use serde::{Deserialize, Serialize};
 use super::agent_spec::AgentSpec;
 
 /// The desired configuration profile for a class of machines.
+// Each `printcolumn(...)` repeats `type_ = ...`, which clippy takes for duplicated attributes.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "unbounded-cloud.io",

@@ -14,6 +14,8 @@ pub const CONFIGURATION_LABEL: &str = "unbounded-cloud.io/machine-configuration"
 pub const VERSION_LABEL: &str = "unbounded-cloud.io/machine-configuration-version";
 
 /// One version of a MachineConfiguration's template.
+// Each `printcolumn(...)` repeats `type_ = ...`, which clippy takes for duplicated attributes.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "unbounded-cloud.io",

@@ -71,7 +71,15 @@ impl NotrackRule {
 /// Every rule, in script order: per chain × listener × {tcp, udp} the request
 /// rules (8), then with `NOTRACKReplies` the reply rules in `output` (4).
 pub fn notrack_rules(g: &LocalDnsGoal) -> Vec<NotrackRule> {
-    let listeners = [g.node_listener.addr(), g.cluster_listener.addr()];
+    notrack_rules_for(
+        [g.node_listener.addr(), g.cluster_listener.addr()],
+        g.notrack_replies,
+    )
+}
+
+/// [`notrack_rules`] from the only inputs it depends on: the listeners (node
+/// first) and `NOTRACKReplies`.
+pub fn notrack_rules_for(listeners: [Ipv4Addr; 2], notrack_replies: bool) -> Vec<NotrackRule> {
     let mut rules = Vec::new();
     for chain in ["prerouting", "output"] {
         for listener in listeners {
@@ -84,7 +92,7 @@ pub fn notrack_rules(g: &LocalDnsGoal) -> Vec<NotrackRule> {
                 });
             }
         }
-        if chain == "output" && g.notrack_replies {
+        if chain == "output" && notrack_replies {
             for listener in listeners {
                 for protocol in ["tcp", "udp"] {
                     rules.push(NotrackRule {
@@ -104,7 +112,16 @@ pub fn notrack_rules(g: &LocalDnsGoal) -> Vec<NotrackRule> {
 /// declares the table (so the delete cannot fail on a fresh host), deletes
 /// it, and defines it whole — applying it replaces the table atomically.
 pub fn nft_script(g: &LocalDnsGoal) -> String {
-    let rules = notrack_rules(g);
+    nft_script_for(
+        [g.node_listener.addr(), g.cluster_listener.addr()],
+        g.notrack_replies,
+    )
+}
+
+/// [`nft_script`] from the only inputs it depends on (no host discovery needed):
+/// the listeners (node first) and `NOTRACKReplies`.
+pub fn nft_script_for(listeners: [Ipv4Addr; 2], notrack_replies: bool) -> String {
+    let rules = notrack_rules_for(listeners, notrack_replies);
     let mut out = format!(
         "#!/usr/sbin/nft -f\n{HEADER}table {NFT_FAMILY} {NFT_TABLE}\ndelete table {NFT_FAMILY} {NFT_TABLE}\n\n\
          table {NFT_FAMILY} {NFT_TABLE} {{\n"

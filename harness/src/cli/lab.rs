@@ -46,7 +46,11 @@ pub enum Command {
 
 pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
     match cmd {
-        Command::Up { node_config, no_vm, lab } => up(&node_config, no_vm, lab),
+        Command::Up {
+            node_config,
+            no_vm,
+            lab,
+        } => up(&node_config, no_vm, lab),
         Command::Down { lab, timeout } => down(lab, Duration::from_secs(timeout)),
         Command::List => list(),
     }
@@ -107,7 +111,11 @@ fn up(node_config: &Path, no_vm: bool, number: u8) -> anyhow::Result<ExitCode> {
 }
 
 fn print_how_to(lab: &Lab, vm: Option<&Vm>) {
-    let mut text = format!("\nLab {} is running (owner pid {}).\n", lab.name(), std::process::id());
+    let mut text = format!(
+        "\nLab {} is running (owner pid {}).\n",
+        lab.name(),
+        std::process::id()
+    );
     if let Some(vm) = vm {
         let name = vm.name();
         text += &format!(
@@ -135,14 +143,18 @@ fn down(number: u8, timeout: Duration) -> anyhow::Result<ExitCode> {
     match owner {
         Some(o) if o.is_alive() => {
             eprintln!("==> asking process {} to tear {name} down ...", o.pid);
-            kill(Pid::from_raw(o.pid), Signal::SIGTERM).with_context(|| format!("signalling process {}", o.pid))?;
+            kill(Pid::from_raw(o.pid), Signal::SIGTERM)
+                .with_context(|| format!("signalling process {}", o.pid))?;
             let started = Instant::now();
             // The owner removes its owner file once the lab is gone, then exits.
             while o.is_alive() && owner::owner_file(&name).exists() && started.elapsed() < timeout {
                 std::thread::sleep(Duration::from_millis(100));
             }
             if o.is_alive() && owner::owner_file(&name).exists() {
-                eprintln!("==> process {} did not stop within {timeout:?}; killing it", o.pid);
+                eprintln!(
+                    "==> process {} did not stop within {timeout:?}; killing it",
+                    o.pid
+                );
                 let _ = kill(Pid::from_raw(o.pid), Signal::SIGKILL);
             }
         }
@@ -189,7 +201,14 @@ fn list() -> anyhow::Result<ExitCode> {
                     .collect()
             })
             .unwrap_or_default();
-        println!("{name}: {state}; VMs: {}", if vms.is_empty() { "none".into() } else { vms.join(", ") });
+        println!(
+            "{name}: {state}; VMs: {}",
+            if vms.is_empty() {
+                "none".into()
+            } else {
+                vms.join(", ")
+            }
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -78,7 +78,7 @@ fn agent(name: &str, lab: Option<&str>) -> anyhow::Result<GuestAgent> {
         .and_then(|info| Accel::parse(&info.accel).ok())
         .unwrap_or(Accel::Tcg);
     let deadlines = Deadlines::from_env(accel).map_err(anyhow::Error::msg)?;
-    Ok(GuestAgent::new(name, run.qga(), deadlines))
+    Ok(GuestAgent::for_run_dir(name, &run, deadlines))
 }
 
 fn exec(name: &str, lab: Option<&str>, timeout: Option<u64>, command: Vec<String>) -> anyhow::Result<ExitCode> {

@@ -99,7 +99,13 @@ impl DnsControl {
     }
 
     /// Replaces the records of `rtype` at `name` with `data` (empty removes them).
-    pub fn set_records(&self, name: &str, ttl: u32, rtype: RecordType, data: Vec<RData>) -> Result<(), LabError> {
+    pub fn set_records(
+        &self,
+        name: &str,
+        ttl: u32,
+        rtype: RecordType,
+        data: Vec<RData>,
+    ) -> Result<(), LabError> {
         let name = parse_name(name)?;
         let mut state = self.lock();
         let records = state.records.entry(key(&name)).or_default();
@@ -204,7 +210,11 @@ fn soa_for(name: &Name, negative_ttl: u32) -> Record {
 
 /// The reply to `request` from `state` alone (no I/O); `None` means no reply.
 fn answer(state: &DnsState, request: &Message) -> Option<Message> {
-    let mut reply = Message::new(request.metadata.id, MessageType::Response, request.metadata.op_code);
+    let mut reply = Message::new(
+        request.metadata.id,
+        MessageType::Response,
+        request.metadata.op_code,
+    );
     reply.metadata = Metadata::response_from_request(&request.metadata);
     reply.metadata.recursion_available = true;
     reply.queries = request.queries.clone();
@@ -278,7 +288,8 @@ mod tests {
     #[test]
     fn known_name_answers_with_its_records_and_is_counted() {
         let dns = DnsControl::new(None);
-        dns.set_a("Web.Lab.Test", &[Ipv4Addr::new(10, 1, 2, 3)], 30).unwrap();
+        dns.set_a("Web.Lab.Test", &[Ipv4Addr::new(10, 1, 2, 3)], 30)
+            .unwrap();
         let reply = ask(&dns, "web.lab.test.", RecordType::A).unwrap();
         assert_eq!(reply.metadata.response_code, ResponseCode::NoError);
         assert_eq!(reply.answers.len(), 1);
@@ -330,7 +341,10 @@ mod tests {
         assert!(ask(&dns, "web.lab.test.", RecordType::A).is_none());
         assert_eq!(dns.query_count("web.lab.test").unwrap(), 2);
         dns.set_failure(DnsFailure::None);
-        assert_eq!(ask(&dns, "web.lab.test.", RecordType::A).unwrap().answers.len(), 1);
+        assert_eq!(
+            ask(&dns, "web.lab.test.", RecordType::A).unwrap().answers.len(),
+            1
+        );
         dns.reset_counts();
         assert_eq!(dns.query_count("web.lab.test").unwrap(), 0);
     }

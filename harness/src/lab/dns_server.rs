@@ -65,7 +65,13 @@ async fn serve_tcp_connection(mut stream: TcpStream, from: SocketAddr, dns: DnsC
     }
 }
 
-fn reply_bytes(dns: &DnsControl, raw: &[u8], from: SocketAddr, protocol: &'static str, udp: bool) -> Option<Vec<u8>> {
+fn reply_bytes(
+    dns: &DnsControl,
+    raw: &[u8],
+    from: SocketAddr,
+    protocol: &'static str,
+    udp: bool,
+) -> Option<Vec<u8>> {
     let request = match Message::from_vec(raw) {
         Ok(request) => request,
         Err(err) => {

@@ -46,7 +46,10 @@ pub enum LabError {
     Leftovers { lab: String, problems: Vec<String> },
 }
 
-pub(crate) fn io_err(what: &'static str, path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> LabError {
+pub(crate) fn io_err(
+    what: &'static str,
+    path: impl Into<PathBuf>,
+) -> impl FnOnce(std::io::Error) -> LabError {
     let path = path.into();
     move |source| LabError::Io { what, path, source }
 }

@@ -136,7 +136,10 @@ impl Lab {
         let mut lab = Lab {
             addrs,
             log_dir: spec.log_dir.unwrap_or_else(|| run_dir.clone()),
-            http: HttpControl::new(spec.http_root.clone().unwrap_or_else(|| run_dir.join("http")), None),
+            http: HttpControl::new(
+                spec.http_root.clone().unwrap_or_else(|| run_dir.join("http")),
+                None,
+            ),
             dns: DnsControl::new(None),
             run_dir,
             services: None,
@@ -204,10 +207,13 @@ impl Lab {
     /// Makes the next VM's tap (attached to the bridge) and returns its NIC settings.
     pub fn attach_vm(&self) -> Result<VmNic, LabError> {
         let mut nics = self.nics.lock().unwrap_or_else(|e| e.into_inner());
-        let index = u8::try_from(nics.len()).ok().filter(|k| *k < MAX_VMS).ok_or(LabError::TooManyVms {
-            lab: self.name(),
-            max: MAX_VMS,
-        })?;
+        let index = u8::try_from(nics.len())
+            .ok()
+            .filter(|k| *k < MAX_VMS)
+            .ok_or(LabError::TooManyVms {
+                lab: self.name(),
+                max: MAX_VMS,
+            })?;
         let tap = netns::add_tap(&self.addrs, index)?;
         let nic = VmNic {
             index,
@@ -260,7 +266,10 @@ impl Lab {
         }
         if let Some(inode) = netns::inode(&name) {
             for pid in netns::kill_all_in(inode, Duration::from_secs(5)) {
-                problems.push(format!("process {pid} ({}) survived SIGKILL", netns::cmdline(pid)));
+                problems.push(format!(
+                    "process {pid} ({}) survived SIGKILL",
+                    netns::cmdline(pid)
+                ));
             }
             if let Err(err) = netns::delete(&name) {
                 problems.push(format!("deleting namespace {name}: {err}"));

@@ -152,7 +152,11 @@ fn empty(status: StatusCode) -> Response<Body> {
     response
 }
 
-async fn handle(req: Request<Incoming>, http: HttpControl, from: SocketAddr) -> Result<Response<Body>, Infallible> {
+async fn handle(
+    req: Request<Incoming>,
+    http: HttpControl,
+    from: SocketAddr,
+) -> Result<Response<Body>, Infallible> {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     let (response, bytes) = respond(&method, &path, http.root()).await;
@@ -169,7 +173,9 @@ async fn handle(req: Request<Incoming>, http: HttpControl, from: SocketAddr) -> 
 async fn respond(method: &Method, path: &str, root: &Path) -> (Response<Body>, u64) {
     if method != Method::GET && method != Method::HEAD {
         let mut response = empty(StatusCode::METHOD_NOT_ALLOWED);
-        response.headers_mut().insert("allow", "GET, HEAD".parse().expect("static header"));
+        response
+            .headers_mut()
+            .insert("allow", "GET, HEAD".parse().expect("static header"));
         return (response, 0);
     }
     let Some(file_path) = relative_path(path).map(|p| root.join(p)) else {
@@ -191,7 +197,10 @@ async fn respond(method: &Method, path: &str, root: &Path) -> (Response<Body>, u
     let mut response = Response::new(body);
     let headers = response.headers_mut();
     headers.insert("content-length", len.into());
-    headers.insert("content-type", "application/octet-stream".parse().expect("static header"));
+    headers.insert(
+        "content-type",
+        "application/octet-stream".parse().expect("static header"),
+    );
     (response, len)
 }
 

@@ -158,8 +158,7 @@ pub fn in_netns<T: Send + 'static>(
     let thread = std::thread::Builder::new()
         .name(format!("enter-{name}"))
         .spawn(move || -> std::io::Result<T> {
-            nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET)
-                .map_err(std::io::Error::from)?;
+            nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET).map_err(std::io::Error::from)?;
             f()
         })
         .map_err(io_err("starting a thread for", &path))?;

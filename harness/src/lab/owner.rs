@@ -131,7 +131,10 @@ pub fn destroy(name: &str) -> Vec<String> {
     if let Some(inode) = netns::inode(name) {
         let left = netns::kill_all_in(inode, Duration::from_secs(5));
         for pid in left {
-            problems.push(format!("process {pid} ({}) survived SIGKILL", netns::cmdline(pid)));
+            problems.push(format!(
+                "process {pid} ({}) survived SIGKILL",
+                netns::cmdline(pid)
+            ));
         }
         if let Err(err) = netns::delete(name)
             && netns::exists(name)

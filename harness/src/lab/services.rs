@@ -121,7 +121,9 @@ impl Services {
             }
             Err(_) => {
                 services.stop();
-                Err(LabError::Services("the service thread died while starting".into()))
+                Err(LabError::Services(
+                    "the service thread died while starting".into(),
+                ))
             }
         }
     }

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use super::deadline::{Attempt, Deadlines, wait_until};
 use super::error::VmError;
+use super::bulk::{self, BulkError};
 use super::qga::{GuestOutput, QgaError, Session};
+use super::rundir::RunDir;
 
 /// How long one sync attempt may take before the connection is retried.
 const SYNC_ATTEMPT: Duration = Duration::from_secs(5);
@@ -16,6 +18,8 @@ const SYNC_ATTEMPT: Duration = Duration::from_secs(5);
 pub struct GuestAgent {
     vm: String,
     socket: PathBuf,
+    /// The raw data port's socket for fast copies ([`super::bulk`]), if the VM has one.
+    data_socket: Option<PathBuf>,
     deadlines: Deadlines,
 }
 
@@ -29,8 +33,22 @@ impl GuestAgent {
         GuestAgent {
             vm: vm.to_string(),
             socket,
+            data_socket: None,
             deadlines,
         }
+    }
+
+    /// The agent of the VM whose run directory is `run`, with its data port for fast copies.
+    pub fn for_run_dir(vm: &str, run: &RunDir, deadlines: Deadlines) -> GuestAgent {
+        GuestAgent {
+            data_socket: Some(run.data()),
+            ..GuestAgent::new(vm, run.qga(), deadlines)
+        }
+    }
+
+    /// The time a copy of `len` bytes may take: the command deadline plus 1 s per MiB.
+    fn copy_timeout(&self, len: u64) -> Duration {
+        self.deadlines.command + Duration::from_secs(len >> 20)
     }
 
     pub fn vm(&self) -> &str {
@@ -61,7 +79,10 @@ impl GuestAgent {
                 return Attempt::Abort(err);
             }
             match Session::connect(&self.socket, SYNC_ATTEMPT.min(timeout)) {
-                Ok(session) => Attempt::Ready(session),
+                Ok(mut session) => match session.set_io_timeout(self.deadlines.command) {
+                    Ok(()) => Attempt::Ready(session),
+                    Err(e) => Attempt::Retry(e.to_string()),
+                },
                 Err(err) if err.is_unreachable() => Attempt::Retry(err.to_string()),
                 Err(err) => Attempt::Abort(self.agent_err(err)),
             }
@@ -97,7 +118,22 @@ impl GuestAgent {
     ) -> Result<(), VmError> {
         let tmp = format!("{guest_path}.lab-copy-tmp");
         let mut session = self.session(abort)?;
-        session.write_file(&tmp, data).map_err(|e| self.agent_err(e))?;
+        let mut done = false;
+        if let Some(socket) = &self.data_socket {
+            let timeout = self.copy_timeout(data.len() as u64);
+            match bulk::write(&mut session, socket, &tmp, data, self.deadlines.agent, timeout) {
+                Ok(()) => done = true,
+                Err(BulkError::Unavailable(why)) => {
+                    tracing::debug!(vm = %self.vm, %why, "data port unavailable, copying through the agent");
+                    session = self.session(abort)?;
+                }
+                Err(BulkError::Agent(e)) => return Err(self.agent_err(e)),
+                Err(e) => return Err(self.io_err(format!("copying to {guest_path}"), e)),
+            }
+        }
+        if !done {
+            session.write_file(&tmp, data).map_err(|e| self.agent_err(e))?;
+        }
         let argv = vec![
             "/bin/sh".to_string(),
             "-c".into(),
@@ -116,7 +152,31 @@ impl GuestAgent {
     /// Reads the guest file `guest_path`.
     pub fn read_file(&self, guest_path: &str, abort: &dyn Fn() -> Option<VmError>) -> Result<Vec<u8>, VmError> {
         let mut session = self.session(abort)?;
+        if let Some(socket) = &self.data_socket {
+            let argv = vec!["stat".to_string(), "-L".into(), "-c".into(), "%s".into(), guest_path.to_string()];
+            let out = session.exec(&argv, None, self.deadlines.command).map_err(|e| self.agent_err(e))?;
+            let size: u64 = check(&self.vm, &argv, out)?.stdout_text().trim().parse().map_err(|_| {
+                self.io_err(format!("reading {guest_path}"), "stat gave no size".to_string())
+            })?;
+            match bulk::read(&mut session, socket, guest_path, size, self.deadlines.agent, self.copy_timeout(size)) {
+                Ok(data) => return Ok(data),
+                Err(BulkError::Unavailable(why)) => {
+                    tracing::debug!(vm = %self.vm, %why, "data port unavailable, copying through the agent");
+                    session = self.session(abort)?;
+                }
+                Err(BulkError::Agent(e)) => return Err(self.agent_err(e)),
+                Err(e) => return Err(self.io_err(format!("copying from {guest_path}"), e)),
+            }
+        }
         session.read_file(guest_path).map_err(|e| self.agent_err(e))
+    }
+
+    fn io_err(&self, what: String, why: impl std::fmt::Display) -> VmError {
+        VmError::Io {
+            vm: self.vm.clone(),
+            what,
+            source: std::io::Error::other(why.to_string()),
+        }
     }
 
     /// Copies the host file `host` to `guest` (keeping its permission bits).

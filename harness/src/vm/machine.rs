@@ -105,7 +105,7 @@ impl Vm {
                 return Err(err);
             }
         };
-        let agent = GuestAgent::new(&spec.name, run.qga(), deadlines);
+        let agent = GuestAgent::for_run_dir(&spec.name, &run, deadlines);
         let mut vm = Vm {
             spec,
             accel,

@@ -47,6 +47,7 @@
 //!   run directory after drop.
 
 pub mod accel;
+pub mod bulk;
 pub mod console;
 pub mod deadline;
 pub mod error;

@@ -76,6 +76,9 @@ pub fn args(spec: &VmSpec, run: &RunDir, accel: Accel) -> Vec<OsString> {
     let ready = format!("socket,id=ready0,path={},server=on,wait=off", path(run.ready()));
     push(&["-chardev", &ready]);
     push(&["-device", "virtserialport,bus=vser0.0,chardev=ready0,name=org.unbounded.ready"]);
+    let data = format!("socket,id=data0,path={},server=on,wait=off", path(run.data()));
+    push(&["-chardev", &data]);
+    push(&["-device", "virtserialport,bus=vser0.0,chardev=data0,name=org.unbounded.data"]);
     let hvc0 = format!("socket,id=hvc0,path={},server=on,wait=off", path(run.hvc0()));
     push(&["-chardev", &hvc0, "-device", "virtconsole,bus=vser0.0,chardev=hvc0"]);
     if let Some(share) = &spec.share {
@@ -130,6 +133,7 @@ mod tests {
             "socket,id=qmp0,path=/r/lab-2/vms/node1/qmp.sock,server=on,wait=off -mon chardev=qmp0,mode=control",
             "chardev=qga0,name=org.qemu.guest_agent.0",
             "chardev=ready0,name=org.unbounded.ready",
+            "chardev=data0,name=org.unbounded.data",
             "virtconsole,bus=vser0.0,chardev=hvc0",
             "-pidfile /r/lab-2/vms/node1/qemu.pid",
         ] {

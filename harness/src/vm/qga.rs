@@ -171,6 +171,13 @@ impl Session {
         })
     }
 
+    /// Bounds every later read and write by `timeout` (the sync used a short one).
+    pub fn set_io_timeout(&mut self, timeout: Duration) -> std::io::Result<()> {
+        let stream = self.qga.inner_mut().get_mut_write();
+        stream.set_read_timeout(Some(timeout))?;
+        stream.set_write_timeout(Some(timeout))
+    }
+
     /// `guest-ping`.
     pub fn ping(&mut self) -> Result<(), QgaError> {
         self.execute(&qga::guest_ping {}, String::new).map(drop)
@@ -195,19 +202,8 @@ impl Session {
         let pid = self.spawn(argv, stdin, true)?;
         let mut pause = Duration::from_millis(5);
         loop {
-            let status = self.execute(&qga::guest_exec_status { pid }, || format!("{argv:?} (pid {pid})"))?;
-            if status.exited {
-                let kind = match (status.exitcode, status.signal) {
-                    (_, Some(sig)) => ExitKind::Signal(sig),
-                    (Some(code), None) => ExitKind::Code(code),
-                    (None, None) => ExitKind::Code(-1),
-                };
-                return Ok(GuestOutput {
-                    status: kind,
-                    stdout: status.out_data.unwrap_or_default(),
-                    stderr: status.err_data.unwrap_or_default(),
-                    truncated: status.out_truncated == Some(true) || status.err_truncated == Some(true),
-                });
+            if let Some(out) = self.exec_status(pid)? {
+                return Ok(out);
             }
             let waited = started.elapsed();
             if waited >= timeout {
@@ -220,6 +216,25 @@ impl Session {
             std::thread::sleep(pause.min(timeout - waited));
             pause = (pause * 2).min(Duration::from_millis(100));
         }
+    }
+
+    /// `guest-exec-status`: the output once guest pid `pid` exited, else `None`.
+    pub fn exec_status(&mut self, pid: i64) -> Result<Option<GuestOutput>, QgaError> {
+        let status = self.execute(&qga::guest_exec_status { pid }, || format!("pid {pid}"))?;
+        if !status.exited {
+            return Ok(None);
+        }
+        let kind = match (status.exitcode, status.signal) {
+            (_, Some(sig)) => ExitKind::Signal(sig),
+            (Some(code), None) => ExitKind::Code(code),
+            (None, None) => ExitKind::Code(-1),
+        };
+        Ok(Some(GuestOutput {
+            status: kind,
+            stdout: status.out_data.unwrap_or_default(),
+            stderr: status.err_data.unwrap_or_default(),
+            truncated: status.out_truncated == Some(true) || status.err_truncated == Some(true),
+        }))
     }
 
     /// Writes `data` to the guest file `path` (created or truncated).

@@ -8,6 +8,7 @@
 //!   qmp.sock      QMP monitor (unix socket, QEMU listens; one client at a time)
 //!   qga.sock      QEMU guest agent, virtio-serial port org.qemu.guest_agent.0
 //!   ready.sock    virtio-serial port org.unbounded.ready: the guest writes `READY <boot_id>`
+//!   data.sock     virtio-serial port org.unbounded.data: raw bytes of file copies
 //!   hvc0.sock     virtconsole hvc0 with a root shell (`harness vm shell`)
 //!   console.log   serial console ttyS0
 //!   qemu.stderr   QEMU's stdout and stderr
@@ -166,6 +167,9 @@ impl RunDir {
     pub fn ready(&self) -> PathBuf {
         self.dir.join("ready.sock")
     }
+    pub fn data(&self) -> PathBuf {
+        self.dir.join("data.sock")
+    }
     pub fn hvc0(&self) -> PathBuf {
         self.dir.join("hvc0.sock")
     }
@@ -184,7 +188,7 @@ impl RunDir {
 
     /// Fails if any socket path would be too long for a unix socket.
     pub fn check_socket_paths(&self) -> Result<(), RunDirError> {
-        for path in [self.qmp(), self.qga(), self.ready(), self.hvc0()] {
+        for path in [self.qmp(), self.qga(), self.ready(), self.data(), self.hvc0()] {
             let len = path.as_os_str().len();
             if len > MAX_SOCKET_PATH {
                 return Err(RunDirError::SocketPathTooLong { path, len });
