@@ -41,7 +41,13 @@ fn safe_name(name: &str) -> String {
     let name = name.replace("::", ".");
     let safe: String = name
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect();
     if safe.is_empty() { "unnamed".into() } else { safe }
 }
@@ -90,10 +96,17 @@ pub fn collect_with(vm: &Vm, test: &str, reason: &str, extra: &[(&str, &str)]) -
         (run.info_file(), "vm.json"),
     ] {
         if let Err(err) = std::fs::copy(&from, dir.join(to)) {
-            note(&format!("{to}.error"), &format!("copying {}: {err}\n", from.display()));
+            note(
+                &format!("{to}.error"),
+                &format!("copying {}: {err}\n", from.display()),
+            );
         }
     }
-    let commands: Vec<(&str, &str)> = GUEST_COMMANDS.iter().copied().chain(extra.iter().copied()).collect();
+    let commands: Vec<(&str, &str)> = GUEST_COMMANDS
+        .iter()
+        .copied()
+        .chain(extra.iter().copied())
+        .collect();
     let mut unreachable: Option<String> = None;
     for (file, command) in commands {
         if let Some(why) = &unreachable {
@@ -130,7 +143,11 @@ fn guest_command(vm: &Vm, command: &str) -> Result<String, String> {
         .session_within(deadlines.evidence, &|| None)
         .map_err(|e| e.to_string())?;
     let out = session
-        .exec(&crate::vm::shell(command), None, deadlines.evidence * 3 + Duration::from_secs(1))
+        .exec(
+            &crate::vm::shell(command),
+            None,
+            deadlines.evidence * 3 + Duration::from_secs(1),
+        )
         .map_err(|e| e.to_string())?;
     Ok(format!(
         "{}\n--- stderr ---\n{}\n--- {} ---\n",
@@ -146,14 +163,21 @@ mod tests {
 
     #[test]
     fn test_names_become_safe_directory_names() {
-        assert_eq!(safe_name("vm_lifecycle::reboot_gives_a_new_boot_id"), "vm_lifecycle.reboot_gives_a_new_boot_id");
+        assert_eq!(
+            safe_name("vm_lifecycle::reboot_gives_a_new_boot_id"),
+            "vm_lifecycle.reboot_gives_a_new_boot_id"
+        );
         assert_eq!(safe_name("a/b c"), "a_b_c");
         assert_eq!(safe_name(""), "unnamed");
     }
 
     #[test]
     fn repo_root_holds_the_workspace_manifest() {
-        assert!(repo_root().join("Cargo.toml").is_file(), "{}", repo_root().display());
+        assert!(
+            repo_root().join("Cargo.toml").is_file(),
+            "{}",
+            repo_root().display()
+        );
     }
 
     #[test]

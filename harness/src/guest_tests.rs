@@ -1,14 +1,15 @@
 //! Tests that need Debian's kernel (dummy links, netfilter modules), built on
 //! the host and run inside one lab VM by one host-side test.
 //!
-//! Convention: a test is a *guest test* when its test binary is named
-//! `guest_*` (e.g. `agent/tests/guest_hostnet.rs`) or its own name (the last
-//! `::` segment) starts with `guest_`: [`GUEST_FILTER`]. On the host,
-//! `.config/nextest.toml`'s `default-filter` excludes exactly these, so they
-//! are filtered out, never skipped from inside.
+//! Convention: a test is a *guest test* when it lives in a test binary named
+//! `guest_*`, i.e. a file `<crate>/tests/guest_*.rs` (e.g.
+//! `agent/tests/guest_hostnet.rs`): [`GUEST_FILTER`]. (Binaries, not test
+//! names, so a host test that happens to be called `guest_...` is not lost.)
+//! On the host, `.config/nextest.toml`'s `default-filter` excludes exactly
+//! these, so they are filtered out, never skipped from inside.
 //!
 //! How they run ([`GuestTests::build`] then [`GuestTests::run`]):
-//! 1. `cargo nextest archive --workspace -E 'package(<pkg>)'` on the host writes
+//! 1. `cargo nextest archive --workspace -E 'package(<pkg>) & binary(/^guest_/)'` on the host writes
 //!    `<repo>/target/guest-tests/<pid>/tests.tar.zst` (the same build as the host
 //!    test run, so nothing is rebuilt), and `cargo-nextest` is copied next to it.
 //! 2. The VM is booted with the repository shared read-only over 9p
@@ -30,7 +31,7 @@ use crate::evidence;
 use crate::vm::{Vm, VmError};
 
 /// The filterset selecting guest tests (the host's default filter is its negation).
-pub const GUEST_FILTER: &str = "binary(/^guest_/) | test(/(^|::)guest_/)";
+pub const GUEST_FILTER: &str = "binary(/^guest_/)";
 /// Where the guest mounts the repository (the 9p share with mount tag `lab`).
 pub const GUEST_MOUNT: &str = "/mnt/lab";
 /// Where the guest extracts the archive and keeps nextest's store.
@@ -118,8 +119,8 @@ pub fn junit_counts(junit: &str) -> (usize, usize) {
 }
 
 impl GuestTests {
-    /// Archives the test binaries of `packages` (built with the workspace's
-    /// features, as `cargo nextest run --workspace` builds them).
+    /// Archives the guest test binaries of `packages` (built with the
+    /// workspace's features, as `cargo nextest run --workspace` builds them).
     pub fn build(packages: &[&str]) -> Result<GuestTests, GuestTestsError> {
         let repo = evidence::repo_root();
         let nextest = find_nextest()?;
@@ -127,11 +128,12 @@ impl GuestTests {
             .join("target/guest-tests")
             .join(std::process::id().to_string());
         fs::create_dir_all(&dir).map_err(io("creating", &dir))?;
-        let filter = packages
+        let packages_filter = packages
             .iter()
             .map(|p| format!("package({p})"))
             .collect::<Vec<_>>()
             .join(" | ");
+        let filter = format!("({packages_filter}) & {GUEST_FILTER}");
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let started = Instant::now();
         exec::run(
@@ -284,7 +286,7 @@ mod tests {
     }
 
     #[test]
-    fn guest_script_runs_the_archive_from_the_share_with_the_filter() {
+    fn script_runs_the_archive_from_the_share_with_the_guest_filter() {
         let tests = GuestTests {
             repo: PathBuf::from("/work/repo"),
             dir: PathBuf::from("/work/repo/target/guest-tests/42"),

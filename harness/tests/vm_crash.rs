@@ -1,11 +1,13 @@
 //! One VM whose QEMU is killed from outside: the harness reports a crash with QEMU's status
 //! and the console, and cleans up. Before that, on the running VM: a second boot of the same
-//! VM is refused, `wait_until` explains its timeout, and hvc0 gives a root shell.
+//! VM is refused, `wait_until` explains its timeout, and `harness vm shell` (hvc0) gives a
+//! root shell.
 //!
 //! Needs the host image: `harness images build`.
 
 use std::io::{Read, Write};
-use std::os::unix::net::UnixStream;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use harness::vm::{BootImage, Vm, VmError, VmSpec};
@@ -14,7 +16,8 @@ use harness::vm::{BootImage, Vm, VmError, VmSpec};
 /// the cache's current one), or a failure naming the command that builds it.
 fn image() -> BootImage {
     if let Some(dir) = std::env::var_os("LAB_HOST_IMAGE_DIR") {
-        let image = harness::images::host::load(std::path::Path::new(&dir)).unwrap_or_else(|e| panic!("{e:#}"));
+        let image =
+            harness::images::host::load(std::path::Path::new(&dir)).unwrap_or_else(|e| panic!("{e:#}"));
         return BootImage::from(&image);
     }
     let cache = harness::cache::Cache::open().expect("opening the lab cache");
@@ -29,26 +32,52 @@ fn lab() -> String {
     }
 }
 
-/// Types `command` on the hvc0 console and reads until `expect` shows up.
-fn console_shell(socket: &std::path::Path, command: &str, expect: &str, timeout: Duration) -> String {
-    let mut stream = UnixStream::connect(socket).expect("connecting to hvc0.sock");
-    stream.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+/// Types `command` into `harness vm shell NAME` (the hvc0 console) until `expect` shows up,
+/// then leaves with Ctrl-]; returns what the shell printed.
+fn cli_shell(lab: &str, name: &str, command: &str, expect: &str, timeout: Duration) -> String {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_harness"))
+        .args(["vm", "shell", name])
+        .env("LAB_NAME", lab)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running harness vm shell");
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel::<Vec<u8>>();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = stdout.read(&mut buf) {
+            if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
     let started = Instant::now();
     let mut seen = String::new();
-    let mut buf = [0u8; 4096];
-    while started.elapsed() < timeout {
-        stream.write_all(format!("\r{command}\r").as_bytes()).unwrap();
+    while !seen.contains(expect) && started.elapsed() < timeout {
+        stdin.write_all(format!("\r{command}\r").as_bytes()).unwrap();
         let until = Instant::now() + Duration::from_secs(3);
-        while Instant::now() < until {
-            if let Ok(n) = stream.read(&mut buf) {
-                seen.push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
+        while let Ok(chunk) = rx.recv_timeout(until.saturating_duration_since(Instant::now())) {
+            seen.push_str(&String::from_utf8_lossy(&chunk));
             if seen.contains(expect) {
-                return seen;
+                break;
             }
         }
     }
-    panic!("no {expect:?} on hvc0 after {timeout:?}; saw:\n{seen}");
+    stdin.write_all(&[0x1d]).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        seen.contains(expect),
+        "no {expect:?} from `harness vm shell` after {timeout:?}; saw:\n{seen}"
+    );
+    assert!(
+        out.status.success(),
+        "harness vm shell: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    seen
 }
 
 #[test]
@@ -65,16 +94,28 @@ fn qemu_killed_from_outside_is_reported_as_a_crash() {
 
     // A wait that cannot succeed says what, where, how long and why.
     let err = vm
-        .wait_until(Duration::from_secs(2), "/nonexistent to appear", || vm.run("test -e /nonexistent"))
+        .wait_until(Duration::from_secs(2), "/nonexistent to appear", || {
+            vm.run("test -e /nonexistent")
+        })
         .unwrap_err()
         .to_string();
-    for part in ["/nonexistent to appear", "VM crash", "test -e /nonexistent", "exit status 1"] {
+    for part in [
+        "/nonexistent to appear",
+        "VM crash",
+        "test -e /nonexistent",
+        "exit status 1",
+    ] {
         assert!(err.contains(part), "{part:?} missing in {err}");
     }
 
     // hvc0 is a root shell.
-    let seen = console_shell(&vm.run_dir().hvc0(), "echo hvc-$((6*7)) $(id -un)", "hvc-42 root", Duration::from_secs(60));
-    assert!(seen.contains("hvc-42 root"));
+    cli_shell(
+        &lab(),
+        "crash",
+        "echo hvc-$((6*7)) $(id -un)",
+        "hvc-42 root",
+        Duration::from_secs(60),
+    );
 
     // Kill QEMU from outside, as the OOM killer or a person would.
     let pid = vm.pid();
@@ -82,16 +123,28 @@ fn qemu_killed_from_outside_is_reported_as_a_crash() {
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
     let started = Instant::now();
     let err = vm.run("true").unwrap_err();
-    assert!(started.elapsed() < Duration::from_secs(30), "noticing the crash took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "noticing the crash took {:?}",
+        started.elapsed()
+    );
     let text = err.to_string();
     assert!(matches!(err, VmError::Crashed(_)), "{text}");
-    for part in ["QEMU exited unexpectedly", "signal: 9", "last console lines", "login:"] {
+    for part in [
+        "QEMU exited unexpectedly",
+        "signal: 9",
+        "last console lines",
+        "login:",
+    ] {
         assert!(text.contains(part), "{part:?} missing in {text}");
     }
     assert!(!vm.is_running());
 
     vm.shutdown().expect("cleaning up after the crash");
-    assert!(!run_dir.dir().exists() && !run_dir.overlay().exists(), "left behind after the crash");
+    assert!(
+        !run_dir.dir().exists() && !run_dir.overlay().exists(),
+        "left behind after the crash"
+    );
 }
 
 #[test]
@@ -102,10 +155,22 @@ fn missing_base_image_fails_naming_the_build_command() {
         kernel: tmp.path().join("vmlinuz"),
         initrd: tmp.path().join("initrd.img"),
     };
-    let err = Vm::boot(VmSpec::new(lab(), "noimage", missing)).err().expect("boot without an image fails");
+    let err = Vm::boot(VmSpec::new(lab(), "noimage", missing))
+        .err()
+        .expect("boot without an image fails");
     let text = err.to_string();
-    assert!(text.contains("harness images build") && text.contains("does not exist"), "{text}");
-    assert!(text.contains(tmp.path().to_str().unwrap()), "the error names the missing file: {text}");
+    assert!(
+        text.contains("harness images build") && text.contains("does not exist"),
+        "{text}"
+    );
+    assert!(
+        text.contains(tmp.path().to_str().unwrap()),
+        "the error names the missing file: {text}"
+    );
     let run = harness::vm::RunDir::new(&lab(), "noimage");
-    assert!(!run.dir().exists(), "a failed boot left {} behind", run.dir().display());
+    assert!(
+        !run.dir().exists(),
+        "a failed boot left {} behind",
+        run.dir().display()
+    );
 }

@@ -16,7 +16,8 @@ use harness::vm::{BootImage, ExitKind, Vm, VmError, VmSpec};
 /// the cache's current one), or a failure naming the command that builds it.
 fn image() -> BootImage {
     if let Some(dir) = std::env::var_os("LAB_HOST_IMAGE_DIR") {
-        let image = harness::images::host::load(std::path::Path::new(&dir)).unwrap_or_else(|e| panic!("{e:#}"));
+        let image =
+            harness::images::host::load(std::path::Path::new(&dir)).unwrap_or_else(|e| panic!("{e:#}"));
         return BootImage::from(&image);
     }
     let cache = harness::cache::Cache::open().expect("opening the lab cache");
@@ -63,17 +64,33 @@ fn vm_runs_commands_copies_files_reboots_resets_and_powers_off() {
     assert_eq!(out.stdout_text(), "partial\n");
     assert_eq!(out.stderr_text(), "broken\n");
     match vm.run("echo partial; echo broken >&2; exit 3") {
-        Err(VmError::CommandFailed { status, stdout, stderr, .. }) => {
-            assert_eq!((status, stdout.as_str(), stderr.as_str()), (ExitKind::Code(3), "partial\n", "broken\n"));
+        Err(VmError::CommandFailed {
+            status,
+            stdout,
+            stderr,
+            ..
+        }) => {
+            assert_eq!(
+                (status, stdout.as_str(), stderr.as_str()),
+                (ExitKind::Code(3), "partial\n", "broken\n")
+            );
         }
         other => panic!("a non-zero exit must fail, got {other:?}"),
     }
-    assert_eq!(vm.cmd("cat").stdin("from stdin").run().unwrap().stdout_text(), "from stdin");
-    assert!(vm.run("ip -o addr show").unwrap().contains("10.0.2.15/24"), "lab-net set the address");
+    assert_eq!(
+        vm.cmd("cat").stdin("from stdin").run().unwrap().stdout_text(),
+        "from stdin"
+    );
+    assert!(
+        vm.run("ip -o addr show").unwrap().contains("10.0.2.15/24"),
+        "lab-net set the address"
+    );
 
     // Files in and out, byte for byte, with the mode kept.
     let tmp = tempfile::tempdir().unwrap();
-    let data: Vec<u8> = (0..3_000_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let data: Vec<u8> = (0..3_000_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
     let host_in = tmp.path().join("in.bin");
     std::fs::write(&host_in, &data).unwrap();
     std::fs::set_permissions(&host_in, std::fs::Permissions::from_mode(0o750)).unwrap();
@@ -87,21 +104,37 @@ fn vm_runs_commands_copies_files_reboots_resets_and_powers_off() {
     let t = Instant::now();
     vm.copy_out("/root/in.bin", &host_out).unwrap();
     let copy_out_time = t.elapsed();
-    assert!(std::fs::read(&host_out).unwrap() == data, "the file came back changed");
+    assert!(
+        std::fs::read(&host_out).unwrap() == data,
+        "the file came back changed"
+    );
     // The agent's own file commands (the fallback when the data port is unavailable).
     let agent_only = harness::vm::GuestAgent::new("lifecycle", vm.run_dir().qga(), *vm.deadlines());
-    agent_only.write_file("/root/small.bin", &data[..300_000], 0o600, &|| None).unwrap();
+    agent_only
+        .write_file("/root/small.bin", &data[..300_000], 0o600, &|| None)
+        .unwrap();
     assert!(agent_only.read_file("/root/small.bin", &|| None).unwrap() == data[..300_000]);
     assert_eq!(vm.run("stat -c %a /root/small.bin").unwrap().trim(), "600");
-    let err = vm.copy_out("/nonexistent/file", tmp.path().join("x")).unwrap_err().to_string();
+    let err = vm
+        .copy_out("/nonexistent/file", tmp.path().join("x"))
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("/nonexistent/file"), "{err}");
 
     // The CLI reaches the same VM through its run directory.
     let exec = harness_cli(&lab, &["exec", "lifecycle", "--", "echo via-cli; exit 4"]);
     assert_eq!(String::from_utf8_lossy(&exec.stdout), "via-cli\n");
-    assert_eq!(exec.status.code(), Some(4), "{}", String::from_utf8_lossy(&exec.stderr));
+    assert_eq!(
+        exec.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&exec.stderr)
+    );
     let cli_out = tmp.path().join("cli-out");
-    let cp = harness_cli(&lab, &["cp", "lifecycle:/etc/hostname", cli_out.to_str().unwrap()]);
+    let cp = harness_cli(
+        &lab,
+        &["cp", "lifecycle:/etc/hostname", cli_out.to_str().unwrap()],
+    );
     assert!(cp.status.success(), "{}", String::from_utf8_lossy(&cp.stderr));
     assert_eq!(
         std::fs::read_to_string(&cli_out).unwrap(),
@@ -113,8 +146,16 @@ fn vm_runs_commands_copies_files_reboots_resets_and_powers_off() {
     let console = std::fs::read_to_string(dir.join("console.log")).unwrap();
     assert!(console.contains("Linux version"), "console log has the boot");
     let journal = std::fs::read_to_string(dir.join("journal.txt")).unwrap();
-    assert!(journal.contains("lab-ready"), "journal has the readiness unit: {}", &journal[..journal.len().min(500)]);
-    assert!(std::fs::read_to_string(dir.join("ip-addr.txt")).unwrap().contains("10.0.2.15"));
+    assert!(
+        journal.contains("lab-ready"),
+        "journal has the readiness unit: {}",
+        &journal[..journal.len().min(500)]
+    );
+    assert!(
+        std::fs::read_to_string(dir.join("ip-addr.txt"))
+            .unwrap()
+            .contains("10.0.2.15")
+    );
     for file in ["nft-ruleset.txt", "machinectl-list.txt", "qemu.stderr", "vm.json"] {
         assert!(dir.join(file).is_file(), "{file} missing in {}", dir.display());
     }
@@ -125,8 +166,14 @@ fn vm_runs_commands_copies_files_reboots_resets_and_powers_off() {
     let reboot_time = t.elapsed();
     let second_boot = vm.boot_id().to_string();
     assert_ne!(second_boot, first_boot);
-    assert_eq!(vm.run("cat /proc/sys/kernel/random/boot_id").unwrap().trim(), second_boot);
-    assert!(vm.run("cat /root/in.bin | wc -c").unwrap().trim() == "3000000", "the disk kept the file");
+    assert_eq!(
+        vm.run("cat /proc/sys/kernel/random/boot_id").unwrap().trim(),
+        second_boot
+    );
+    assert!(
+        vm.run("cat /root/in.bin | wc -c").unwrap().trim() == "3000000",
+        "the disk kept the file"
+    );
 
     // Reset by QMP: a new boot id again.
     let t = Instant::now();
@@ -134,7 +181,10 @@ fn vm_runs_commands_copies_files_reboots_resets_and_powers_off() {
     let reset_time = t.elapsed();
     assert_ne!(vm.boot_id(), second_boot);
     assert_ne!(vm.boot_id(), first_boot);
-    assert_eq!(vm.run("cat /proc/sys/kernel/random/boot_id").unwrap().trim(), vm.boot_id());
+    assert_eq!(
+        vm.run("cat /proc/sys/kernel/random/boot_id").unwrap().trim(),
+        vm.boot_id()
+    );
 
     // Power off: QEMU exits by itself.
     let t = Instant::now();
@@ -148,7 +198,10 @@ fn vm_runs_commands_copies_files_reboots_resets_and_powers_off() {
     vm.shutdown().unwrap();
     assert!(!run_dir.dir().exists(), "run directory left behind");
     assert!(!run_dir.overlay().exists(), "overlay left behind");
-    assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "QEMU still exists");
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "QEMU still exists"
+    );
     eprintln!(
         "timings: boot {boot:.1?}, command {command_time:.2?}, copy in 3 MB {copy_in_time:.2?}, copy out {copy_out_time:.2?}, \
          reboot {reboot_time:.1?}, reset {reset_time:.1?}, power-off {power_off_time:.1?}"

@@ -46,9 +46,30 @@ pub fn parse_plugin_list(output: &str) -> BTreeSet<String> {
         .collect()
 }
 
+/// Runs the freshly written candidate `binary` with `arg`.
+///
+/// Exec can fail with ETXTBSY for a moment after the file was written: a
+/// child forked meanwhile by another thread briefly holds a copy of the
+/// (close-on-exec) write descriptor until it execs. That is retried.
+fn run_candidate(binary: &Path, arg: &str) -> Result<String, ArtifactError> {
+    const ETXTBSY: i32 = 26;
+    let mut tries = 0;
+    loop {
+        match exec::run_stdout(Command::new(binary).arg(arg)) {
+            Err(exec::CommandFailed::Spawn { source, .. })
+                if source.raw_os_error() == Some(ETXTBSY) && tries < 20 =>
+            {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(25));
+            }
+            result => return Ok(result?),
+        }
+    }
+}
+
 /// Runs `<binary> -plugins` and fails on the first required plugin it lacks.
 pub fn check_required_plugins(binary: &Path, required: &[String]) -> Result<(), ArtifactError> {
-    let output = exec::run_stdout(Command::new(binary).arg("-plugins"))?;
+    let output = run_candidate(binary, "-plugins")?;
     let listed = parse_plugin_list(&output);
     if listed.is_empty() {
         return Err(ArtifactError::BadBinary {
@@ -66,7 +87,7 @@ pub fn check_required_plugins(binary: &Path, required: &[String]) -> Result<(), 
 
 /// The version `<binary> -version` reports (`CoreDNS-1.15.0` gives `1.15.0`).
 pub fn binary_version(binary: &Path) -> Result<String, ArtifactError> {
-    let output = exec::run_stdout(Command::new(binary).arg("-version"))?;
+    let output = run_candidate(binary, "-version")?;
     output
         .lines()
         .find_map(|line| line.trim().strip_prefix("CoreDNS-"))

@@ -81,7 +81,12 @@ fn agent(name: &str, lab: Option<&str>) -> anyhow::Result<GuestAgent> {
     Ok(GuestAgent::for_run_dir(name, &run, deadlines))
 }
 
-fn exec(name: &str, lab: Option<&str>, timeout: Option<u64>, command: Vec<String>) -> anyhow::Result<ExitCode> {
+fn exec(
+    name: &str,
+    lab: Option<&str>,
+    timeout: Option<u64>,
+    command: Vec<String>,
+) -> anyhow::Result<ExitCode> {
     let agent = agent(name, lab)?;
     let argv = match command.as_slice() {
         [one] => harness::vm::shell(one),
@@ -117,7 +122,9 @@ enum Place {
 fn parse_place(text: &str) -> anyhow::Result<Place> {
     if let Some((vm, path)) = text.split_once(':') {
         let is_vm = !vm.is_empty()
-            && vm.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+            && vm
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
         if is_vm {
             if !path.starts_with('/') {
                 bail!("{text:?}: the guest path after `{vm}:` must be absolute (e.g. {vm}:/root/file)");
@@ -139,7 +146,11 @@ fn cp(from: &str, to: &str, lab: Option<&str>) -> anyhow::Result<ExitCode> {
         }
         (Place::Guest { vm, path }, Place::Host(host)) => {
             let host = if host.is_dir() {
-                host.join(Path::new(&path).file_name().context("the guest path names no file")?)
+                host.join(
+                    Path::new(&path)
+                        .file_name()
+                        .context("the guest path names no file")?,
+                )
             } else {
                 host
             };
@@ -147,7 +158,9 @@ fn cp(from: &str, to: &str, lab: Option<&str>) -> anyhow::Result<ExitCode> {
             eprintln!("copied {vm}:{path} to {}", host.display());
         }
         (Place::Host(_), Place::Host(_)) => bail!("one of {from:?} and {to:?} must be a VM path NAME:/PATH"),
-        (Place::Guest { .. }, Place::Guest { .. }) => bail!("copying between two VMs is not supported: copy out, then in"),
+        (Place::Guest { .. }, Place::Guest { .. }) => {
+            bail!("copying between two VMs is not supported: copy out, then in")
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -186,7 +199,10 @@ fn shell(name: &str, lab: Option<&str>) -> anyhow::Result<ExitCode> {
     let run = RunDir::find(name, lab)?;
     let socket = run.hvc0();
     let stream = UnixStream::connect(&socket).with_context(|| {
-        format!("connecting to {} (is another `harness vm shell {name}` attached?)", socket.display())
+        format!(
+            "connecting to {} (is another `harness vm shell {name}` attached?)",
+            socket.display()
+        )
     })?;
     eprintln!("connected to {name}'s console hvc0; leave with Ctrl-]\r");
     let mut to_vm = stream.try_clone()?;

@@ -223,22 +223,16 @@ pub fn claim(want: Want) -> Result<(LabAddrs, Vec<String>), LabError> {
 /// (`LAB_KEEP=1`) only the owner file.
 pub fn release(name: &str, keep: bool) -> Result<(), LabError> {
     let _lock = lock()?;
-    let dirs = if keep {
-        let path = owner_file(name);
-        return match fs::remove_file(&path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io_err("removing", &path)(e)),
-            _ => Ok(()),
-        };
-    } else {
-        [run_dir(name), state_dir(name)]
+    let remove = |path: &std::path::Path, result: std::io::Result<()>| match result {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io_err("removing", path)(e)),
+        _ => Ok(()),
     };
-    for dir in dirs {
-        match fs::remove_dir_all(&dir) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                return Err(io_err("removing lab directory", &dir)(e));
-            }
-            _ => {}
-        }
+    if keep {
+        let path = owner_file(name);
+        return remove(&path, fs::remove_file(&path));
+    }
+    for dir in [run_dir(name), state_dir(name)] {
+        remove(&dir, fs::remove_dir_all(&dir))?;
     }
     Ok(())
 }

@@ -53,7 +53,11 @@ impl Accel {
             .filter(|l| l.starts_with("flags"))
             .flat_map(|l| l.split_once(':').map(|(_, f)| f).unwrap_or("").split_whitespace())
             .any(|f| f == "vmx" || f == "svm");
-        if kvm_device_opens && has_virt_flag { Accel::Kvm } else { Accel::Tcg }
+        if kvm_device_opens && has_virt_flag {
+            Accel::Kvm
+        } else {
+            Accel::Tcg
+        }
     }
 
     /// The QEMU arguments selecting this accelerator and CPU model.
@@ -100,7 +104,10 @@ mod tests {
 
     #[test]
     fn tcg_uses_a_bounded_translation_cache_and_cpu_max() {
-        assert_eq!(Accel::Tcg.qemu_args(), ["-accel", "tcg,tb-size=256", "-cpu", "max"]);
+        assert_eq!(
+            Accel::Tcg.qemu_args(),
+            ["-accel", "tcg,tb-size=256", "-cpu", "max"]
+        );
         assert_eq!(Accel::Kvm.qemu_args(), ["-accel", "kvm", "-cpu", "host"]);
     }
 }

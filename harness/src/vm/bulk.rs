@@ -51,7 +51,11 @@ fn await_token(stream: &mut UnixStream, token: &str, timeout: Duration) -> Resul
         match stream.read(&mut buf) {
             Ok(0) => return Err("data.sock closed".into()),
             Ok(n) => seen.extend_from_slice(&buf[..n]),
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
             Err(e) => return Err(e.to_string()),
         }
     }
@@ -68,7 +72,11 @@ fn await_exit(session: &mut Session, pid: i64, what: &str, timeout: Duration) ->
             }
             return Err(BulkError::Failed {
                 what: what.to_string(),
-                why: format!("guest side ended with {}: {}", out.status, out.stderr_text().trim()),
+                why: format!(
+                    "guest side ended with {}: {}",
+                    out.status,
+                    out.stderr_text().trim()
+                ),
             });
         }
         if started.elapsed() >= timeout {
@@ -82,7 +90,8 @@ fn await_exit(session: &mut Session, pid: i64, what: &str, timeout: Duration) ->
 }
 
 fn connect(socket: &Path, io_timeout: Duration) -> Result<UnixStream, BulkError> {
-    let stream = UnixStream::connect(socket).map_err(|e| BulkError::Unavailable(format!("{}: {e}", socket.display())))?;
+    let stream = UnixStream::connect(socket)
+        .map_err(|e| BulkError::Unavailable(format!("{}: {e}", socket.display())))?;
     stream
         .set_read_timeout(Some(Duration::from_millis(200)))
         .and_then(|_| stream.set_write_timeout(Some(io_timeout)))
@@ -143,7 +152,14 @@ pub fn read(
     let script = format!(
         r#"test -e {GUEST_PORT} || {{ echo "no {GUEST_PORT}" >&2; exit 97; }}; exec 3<>{GUEST_PORT} && printf 'R%s\n' "$2" >&3 && cat "$1" >&3"#
     );
-    let argv: Vec<String> = vec!["/bin/sh".into(), "-c".into(), script, "sh".into(), guest_path.into(), token.clone()];
+    let argv: Vec<String> = vec![
+        "/bin/sh".into(),
+        "-c".into(),
+        script,
+        "sh".into(),
+        guest_path.into(),
+        token.clone(),
+    ];
     let pid = session.spawn(&argv, None, true)?;
     let mut data = await_token(&mut stream, &token, handshake).map_err(BulkError::Unavailable)?;
     let started = Instant::now();
@@ -158,14 +174,23 @@ pub fn read(
         match stream.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => data.extend_from_slice(&buf[..n]),
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
                 // The guest side may have failed (e.g. unreadable file).
                 if let Some(out) = session.exec_status(pid)?
                     && out.status != ExitKind::Code(0)
                 {
                     return Err(BulkError::Failed {
                         what: format!("from {guest_path}"),
-                        why: format!("guest side ended with {}: {}", out.status, out.stderr_text().trim()),
+                        why: format!(
+                            "guest side ended with {}: {}",
+                            out.status,
+                            out.stderr_text().trim()
+                        ),
                     });
                 }
             }

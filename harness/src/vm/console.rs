@@ -22,14 +22,25 @@ pub fn strip_escapes(line: &str) -> String {
     let mut chars = line.chars().peekable();
     while let Some(c) = chars.next() {
         if c == '\x1b' {
-            if chars.peek() == Some(&'[') {
-                chars.next();
-                // Parameters and intermediates, then one final byte in '@'..='~'.
-                for c in chars.by_ref() {
-                    if ('@'..='~').contains(&c) {
-                        break;
+            match chars.peek() {
+                // CSI: parameters and intermediates, then one final byte in '@'..='~'.
+                Some('[') => {
+                    chars.next();
+                    for c in chars.by_ref() {
+                        if ('@'..='~').contains(&c) {
+                            break;
+                        }
                     }
                 }
+                // OSC: up to BEL or ESC \.
+                Some(']') => {
+                    while let Some(c) = chars.next() {
+                        if c == '\x07' || (c == '\x1b' && chars.next_if_eq(&'\\').is_some()) {
+                            break;
+                        }
+                    }
+                }
+                _ => {}
             }
             continue;
         }
@@ -46,7 +57,11 @@ pub fn tail_block(path: &Path, n: usize) -> String {
     if lines.is_empty() {
         return format!("    ({} is empty or missing)", path.display());
     }
-    lines.iter().map(|l| format!("    {l}")).collect::<Vec<_>>().join("\n")
+    lines
+        .iter()
+        .map(|l| format!("    {l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 #[cfg(test)]
@@ -59,7 +74,11 @@ mod tests {
         let log = tmp.path().join("console.log");
         std::fs::write(&log, "one\ntwo\r\n\x1b[0mthree\n").unwrap();
         assert_eq!(tail(&log, 2), ["two", "three"]);
-        assert_eq!(strip_escapes("[\x1b[0;32m  OK  \x1b[0m] Started\x1b[K x"), "[  OK  ] Started x");
+        assert_eq!(
+            strip_escapes("[\x1b[0;32m  OK  \x1b[0m] Started\x1b[K x"),
+            "[  OK  ] Started x"
+        );
+        assert_eq!(strip_escapes("a\x1b]104\x07b\x1b]0;t\x1b\\c"), "abc");
         assert_eq!(tail(&log, 10).len(), 3);
         assert!(tail_block(&tmp.path().join("none"), 3).contains("empty or missing"));
     }

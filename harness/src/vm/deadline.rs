@@ -162,7 +162,11 @@ mod tests {
         let mut tries = 0;
         let value = wait_until::<_, WaitTimeout>("vm", Duration::from_secs(5), "x", || {
             tries += 1;
-            if tries < 3 { retry("not yet") } else { Attempt::Ready(tries) }
+            if tries < 3 {
+                retry("not yet")
+            } else {
+                Attempt::Ready(tries)
+            }
         })
         .unwrap();
         assert_eq!(value, 3);

@@ -4,9 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::bulk::{self, BulkError};
 use super::deadline::{Attempt, Deadlines, wait_until};
 use super::error::VmError;
-use super::bulk::{self, BulkError};
 use super::qga::{GuestOutput, QgaError, Session};
 use super::rundir::RunDir;
 
@@ -73,7 +73,11 @@ impl GuestAgent {
     }
 
     /// [`GuestAgent::session`] with an explicit deadline.
-    pub fn session_within(&self, timeout: Duration, abort: &dyn Fn() -> Option<VmError>) -> Result<Session, VmError> {
+    pub fn session_within(
+        &self,
+        timeout: Duration,
+        abort: &dyn Fn() -> Option<VmError>,
+    ) -> Result<Session, VmError> {
         wait_until(&self.vm, timeout, "the guest agent to answer guest-sync", || {
             if let Some(err) = abort() {
                 return Attempt::Abort(err);
@@ -102,7 +106,11 @@ impl GuestAgent {
     }
 
     /// Starts `argv` without waiting for it (for `systemctl reboot` and the like).
-    pub fn spawn_detached(&self, argv: &[String], abort: &dyn Fn() -> Option<VmError>) -> Result<i64, VmError> {
+    pub fn spawn_detached(
+        &self,
+        argv: &[String],
+        abort: &dyn Fn() -> Option<VmError>,
+    ) -> Result<i64, VmError> {
         let mut session = self.session(abort)?;
         session.spawn(argv, None, false).map_err(|e| self.agent_err(e))
     }
@@ -150,15 +158,36 @@ impl GuestAgent {
     }
 
     /// Reads the guest file `guest_path`.
-    pub fn read_file(&self, guest_path: &str, abort: &dyn Fn() -> Option<VmError>) -> Result<Vec<u8>, VmError> {
+    pub fn read_file(
+        &self,
+        guest_path: &str,
+        abort: &dyn Fn() -> Option<VmError>,
+    ) -> Result<Vec<u8>, VmError> {
         let mut session = self.session(abort)?;
         if let Some(socket) = &self.data_socket {
-            let argv = vec!["stat".to_string(), "-L".into(), "-c".into(), "%s".into(), guest_path.to_string()];
-            let out = session.exec(&argv, None, self.deadlines.command).map_err(|e| self.agent_err(e))?;
-            let size: u64 = check(&self.vm, &argv, out)?.stdout_text().trim().parse().map_err(|_| {
-                self.io_err(format!("reading {guest_path}"), "stat gave no size".to_string())
-            })?;
-            match bulk::read(&mut session, socket, guest_path, size, self.deadlines.agent, self.copy_timeout(size)) {
+            let argv = vec![
+                "stat".to_string(),
+                "-L".into(),
+                "-c".into(),
+                "%s".into(),
+                guest_path.to_string(),
+            ];
+            let out = session
+                .exec(&argv, None, self.deadlines.command)
+                .map_err(|e| self.agent_err(e))?;
+            let size: u64 = check(&self.vm, &argv, out)?
+                .stdout_text()
+                .trim()
+                .parse()
+                .map_err(|_| self.io_err(format!("reading {guest_path}"), "stat gave no size".to_string()))?;
+            match bulk::read(
+                &mut session,
+                socket,
+                guest_path,
+                size,
+                self.deadlines.agent,
+                self.copy_timeout(size),
+            ) {
                 Ok(data) => return Ok(data),
                 Err(BulkError::Unavailable(why)) => {
                     tracing::debug!(vm = %self.vm, %why, "data port unavailable, copying through the agent");
@@ -180,7 +209,12 @@ impl GuestAgent {
     }
 
     /// Copies the host file `host` to `guest` (keeping its permission bits).
-    pub fn copy_in(&self, host: &Path, guest: &str, abort: &dyn Fn() -> Option<VmError>) -> Result<(), VmError> {
+    pub fn copy_in(
+        &self,
+        host: &Path,
+        guest: &str,
+        abort: &dyn Fn() -> Option<VmError>,
+    ) -> Result<(), VmError> {
         use std::os::unix::fs::PermissionsExt;
         let io = |source| VmError::Io {
             vm: self.vm.clone(),
@@ -193,7 +227,12 @@ impl GuestAgent {
     }
 
     /// Copies the guest file `guest` to `host`.
-    pub fn copy_out(&self, guest: &str, host: &Path, abort: &dyn Fn() -> Option<VmError>) -> Result<(), VmError> {
+    pub fn copy_out(
+        &self,
+        guest: &str,
+        host: &Path,
+        abort: &dyn Fn() -> Option<VmError>,
+    ) -> Result<(), VmError> {
         let data = self.read_file(guest, abort)?;
         std::fs::write(host, data).map_err(|source| VmError::Io {
             vm: self.vm.clone(),
@@ -234,8 +273,16 @@ mod tests {
             stderr: b"no such unit\n".to_vec(),
             truncated: false,
         };
-        let err = check("node1", &shell("systemctl status x"), out).unwrap_err().to_string();
-        for part in ["node1", "`systemctl status x`", "exit status 2", "partial", "no such unit"] {
+        let err = check("node1", &shell("systemctl status x"), out)
+            .unwrap_err()
+            .to_string();
+        for part in [
+            "node1",
+            "`systemctl status x`",
+            "exit status 2",
+            "partial",
+            "no such unit",
+        ] {
             assert!(err.contains(part), "{part:?} missing in {err}");
         }
     }

@@ -73,7 +73,9 @@ impl GuestCommand<'_> {
     pub fn run(self) -> Result<GuestOutput, VmError> {
         let started = Instant::now();
         let out = self.vm.guest_call("running a guest command", |abort| {
-            self.vm.agent.exec(&self.argv, self.stdin.clone(), self.timeout, abort)
+            self.vm
+                .agent
+                .exec(&self.argv, self.stdin.clone(), self.timeout, abort)
         })?;
         tracing::debug!(vm = self.vm.name(), argv = ?self.argv, status = %out.status,
             took = ?started.elapsed(), "guest command");
@@ -119,10 +121,12 @@ impl Vm {
             exit_expected: false,
             torn_down: false,
         };
-        ready::watch(vm.run.ready(), Arc::clone(&vm.events), &vm.spec.name).map_err(|source| VmError::Io {
-            vm: vm.spec.name.clone(),
-            what: "starting the readiness reader".into(),
-            source,
+        ready::watch(vm.run.ready(), Arc::clone(&vm.events), &vm.spec.name).map_err(|source| {
+            VmError::Io {
+                vm: vm.spec.name.clone(),
+                what: "starting the readiness reader".into(),
+                source,
+            }
         })?;
         if let Err(err) = vm.wait_for_boot(0, "", "booting", vm.deadlines.boot) {
             let test = crate::evidence::current_test_name();
@@ -250,17 +254,23 @@ impl Vm {
 
     /// Copies a host file into the guest (keeping its permission bits; atomic rename).
     pub fn copy_in(&self, host: impl AsRef<Path>, guest: &str) -> Result<(), VmError> {
-        self.guest_call("copying a file in", |abort| self.agent.copy_in(host.as_ref(), guest, abort))
+        self.guest_call("copying a file in", |abort| {
+            self.agent.copy_in(host.as_ref(), guest, abort)
+        })
     }
 
     /// Copies a guest file out to the host.
     pub fn copy_out(&self, guest: &str, host: impl AsRef<Path>) -> Result<(), VmError> {
-        self.guest_call("copying a file out", |abort| self.agent.copy_out(guest, host.as_ref(), abort))
+        self.guest_call("copying a file out", |abort| {
+            self.agent.copy_out(guest, host.as_ref(), abort)
+        })
     }
 
     /// Writes bytes to a guest file with permission bits `mode`.
     pub fn write_file(&self, guest: &str, data: &[u8], mode: u32) -> Result<(), VmError> {
-        self.guest_call("writing a file", |abort| self.agent.write_file(guest, data, mode, abort))
+        self.guest_call("writing a file", |abort| {
+            self.agent.write_file(guest, data, mode, abort)
+        })
     }
 
     /// Reads a guest file.
@@ -272,7 +282,9 @@ impl Vm {
     pub fn reboot(&mut self) -> Result<(), VmError> {
         let (before, old) = (self.events.snapshot().ready.len(), self.boot_id.clone());
         let argv = guest::shell("systemctl reboot");
-        self.guest_call("asking the guest to reboot", |abort| self.agent.spawn_detached(&argv, abort))?;
+        self.guest_call("asking the guest to reboot", |abort| {
+            self.agent.spawn_detached(&argv, abort)
+        })?;
         self.wait_for_boot(before, &old, "rebooting from inside", self.deadlines.reboot)
     }
 
@@ -292,16 +304,23 @@ impl Vm {
         if let Some(status) = self.process.wait_exit(self.deadlines.power_off / 2) {
             return Ok(status);
         }
-        tracing::warn!(vm = self.name(), "the guest ignored the ACPI power button; running systemctl poweroff");
-        let _ = self.agent.spawn_detached(&guest::shell("systemctl poweroff"), &|| None);
-        self.process.wait_exit(self.deadlines.power_off / 2).ok_or_else(|| {
-            self.timeout(WaitTimeout {
-                vm: self.name().to_string(),
-                what: "QEMU to exit after system_powerdown and systemctl poweroff".into(),
-                waited: self.deadlines.power_off,
-                last_failure: "QEMU is still running".into(),
+        tracing::warn!(
+            vm = self.name(),
+            "the guest ignored the ACPI power button; running systemctl poweroff"
+        );
+        let _ = self
+            .agent
+            .spawn_detached(&guest::shell("systemctl poweroff"), &|| None);
+        self.process
+            .wait_exit(self.deadlines.power_off / 2)
+            .ok_or_else(|| {
+                self.timeout(WaitTimeout {
+                    vm: self.name().to_string(),
+                    what: "QEMU to exit after system_powerdown and systemctl poweroff".into(),
+                    waited: self.deadlines.power_off,
+                    last_failure: "QEMU is still running".into(),
+                })
             })
-        })
     }
 
     /// Runs a QMP command on this VM's monitor.
@@ -310,10 +329,11 @@ impl Vm {
             return Err(err);
         }
         qmp::execute(&self.run.qmp(), command, self.deadlines.agent).map_err(|source| {
-            self.crashed(&format!("sending QMP {}", C::NAME)).unwrap_or(VmError::Qmp {
-                vm: self.name().to_string(),
-                source: Box::new(source),
-            })
+            self.crashed(&format!("sending QMP {}", C::NAME))
+                .unwrap_or(VmError::Qmp {
+                    vm: self.name().to_string(),
+                    source: Box::new(source),
+                })
         })
     }
 
@@ -432,7 +452,13 @@ impl Vm {
 
     /// Waits for a `READY` line after index `before` whose boot id differs from `old`, then for
     /// the guest agent; records the new boot id.
-    fn wait_for_boot(&mut self, before: usize, old: &str, doing: &str, timeout: Duration) -> Result<(), VmError> {
+    fn wait_for_boot(
+        &mut self,
+        before: usize,
+        old: &str,
+        doing: &str,
+        timeout: Duration,
+    ) -> Result<(), VmError> {
         let started = Instant::now();
         let is_new = |s: &super::process::EventState| s.ready.iter().skip(before).any(|id| id != old);
         let state = self
@@ -455,8 +481,12 @@ impl Vm {
             }));
         };
         self.boot_id = id.clone();
-        let remaining = timeout.saturating_sub(started.elapsed()).max(self.deadlines.agent);
-        self.guest_call(doing, |abort| self.agent.session_within(remaining, abort).map(drop))?;
+        let remaining = timeout
+            .saturating_sub(started.elapsed())
+            .max(self.deadlines.agent);
+        self.guest_call(doing, |abort| {
+            self.agent.session_within(remaining, abort).map(drop)
+        })?;
         tracing::info!(vm = self.name(), boot_id = %self.boot_id, took = ?started.elapsed(), "{doing}: ready");
         Ok(())
     }

@@ -84,7 +84,8 @@ mod tests {
 
     #[test]
     fn parse_info_reads_format_and_virtual_size() {
-        let info = parse_info(r#"{"virtual-size": 8589934592, "format": "qcow2", "actual-size": 1}"#).unwrap();
+        let info =
+            parse_info(r#"{"virtual-size": 8589934592, "format": "qcow2", "actual-size": 1}"#).unwrap();
         assert_eq!(info.format, "qcow2");
         assert_eq!(info.virtual_size, 8 << 30);
         assert!(parse_info("{}").unwrap_err().contains("format"));
@@ -94,7 +95,13 @@ mod tests {
     fn overlay_has_the_base_size_and_leaves_the_base_untouched() {
         let tmp = tempfile::tempdir().unwrap();
         let base = tmp.path().join("base.qcow2");
-        exec::run(Command::new("qemu-img").args(["create", "-q", "-f", "qcow2"]).arg(&base).arg("64M")).unwrap();
+        exec::run(
+            Command::new("qemu-img")
+                .args(["create", "-q", "-f", "qcow2"])
+                .arg(&base)
+                .arg("64M"),
+        )
+        .unwrap();
         let before = std::fs::read(&base).unwrap();
         let overlay = tmp.path().join("vm.qcow2");
         create(&base, &overlay).unwrap();

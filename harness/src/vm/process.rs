@@ -51,7 +51,11 @@ impl Events {
             if now >= until {
                 return state.clone();
             }
-            state = self.changed.wait_timeout(state, until - now).expect("events lock").0;
+            state = self
+                .changed
+                .wait_timeout(state, until - now)
+                .expect("events lock")
+                .0;
         }
     }
 }
@@ -138,9 +142,8 @@ impl QemuProcess {
             .spawn(move || {
                 let status = child.wait();
                 watcher_events.update(|s| {
-                    s.exit = Some(status.unwrap_or_else(|_| {
-                        std::os::unix::process::ExitStatusExt::from_raw(-1)
-                    }))
+                    s.exit =
+                        Some(status.unwrap_or_else(|_| std::os::unix::process::ExitStatusExt::from_raw(-1)))
                 });
             })?;
         Ok(QemuProcess { pid, events })
@@ -157,7 +160,9 @@ impl QemuProcess {
 
     /// Waits up to `timeout` for QEMU to exit.
     pub fn wait_exit(&self, timeout: Duration) -> Option<ExitStatus> {
-        self.events.wait_for(Instant::now() + timeout, |s| s.exit.is_some()).exit
+        self.events
+            .wait_for(Instant::now() + timeout, |s| s.exit.is_some())
+            .exit
     }
 
     /// SIGKILLs QEMU's process group (if QEMU has not exited) and waits for the exit.
@@ -214,9 +219,14 @@ mod tests {
     #[test]
     fn missing_namespace_is_named() {
         let tmp = tempfile::tempdir().unwrap();
-        let err = QemuProcess::spawn(Command::new("true"), Some("no-such-ns"), &tmp.path().join("l"), Arc::default())
-            .err()
-            .unwrap();
+        let err = QemuProcess::spawn(
+            Command::new("true"),
+            Some("no-such-ns"),
+            &tmp.path().join("l"),
+            Arc::default(),
+        )
+        .err()
+        .unwrap();
         assert!(err.to_string().contains("/run/netns/no-such-ns"), "{err}");
     }
 }

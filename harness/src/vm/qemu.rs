@@ -32,7 +32,14 @@ pub fn args(spec: &VmSpec, run: &RunDir, accel: Accel) -> Vec<OsString> {
     let mut push = |items: &[&str]| a.extend(items.iter().map(OsString::from));
     let path = |p: std::path::PathBuf| p.display().to_string();
     let name = format!("guest={},process=qemu-{}", spec.name, spec.name);
-    push(&["-name", &name, "-nodefaults", "-no-user-config", "-display", "none"]);
+    push(&[
+        "-name",
+        &name,
+        "-nodefaults",
+        "-no-user-config",
+        "-display",
+        "none",
+    ]);
     push(&["-machine", "pc"]);
     push(&accel.qemu_args());
     push(&["-smp", &spec.cpus.to_string(), "-m", &spec.memory_mib.to_string()]);
@@ -72,15 +79,29 @@ pub fn args(spec: &VmSpec, run: &RunDir, accel: Accel) -> Vec<OsString> {
     push(&["-device", "virtio-serial-pci,id=vser0"]);
     let qga = format!("socket,id=qga0,path={},server=on,wait=off", path(run.qga()));
     push(&["-chardev", &qga]);
-    push(&["-device", "virtserialport,bus=vser0.0,chardev=qga0,name=org.qemu.guest_agent.0"]);
+    push(&[
+        "-device",
+        "virtserialport,bus=vser0.0,chardev=qga0,name=org.qemu.guest_agent.0",
+    ]);
     let ready = format!("socket,id=ready0,path={},server=on,wait=off", path(run.ready()));
     push(&["-chardev", &ready]);
-    push(&["-device", "virtserialport,bus=vser0.0,chardev=ready0,name=org.unbounded.ready"]);
+    push(&[
+        "-device",
+        "virtserialport,bus=vser0.0,chardev=ready0,name=org.unbounded.ready",
+    ]);
     let data = format!("socket,id=data0,path={},server=on,wait=off", path(run.data()));
     push(&["-chardev", &data]);
-    push(&["-device", "virtserialport,bus=vser0.0,chardev=data0,name=org.unbounded.data"]);
+    push(&[
+        "-device",
+        "virtserialport,bus=vser0.0,chardev=data0,name=org.unbounded.data",
+    ]);
     let hvc0 = format!("socket,id=hvc0,path={},server=on,wait=off", path(run.hvc0()));
-    push(&["-chardev", &hvc0, "-device", "virtconsole,bus=vser0.0,chardev=hvc0"]);
+    push(&[
+        "-chardev",
+        &hvc0,
+        "-device",
+        "virtconsole,bus=vser0.0,chardev=hvc0",
+    ]);
     if let Some(share) = &spec.share {
         let virtfs = format!(
             "local,path={},mount_tag=lab,security_model=none,readonly=on",
@@ -159,9 +180,15 @@ mod tests {
         spec.extra_append = vec!["systemd.unit=rescue.target".into()];
         let line = joined(&spec, Accel::Kvm);
         assert!(line.contains("-accel kvm -cpu host"), "{line}");
-        assert!(line.contains("tap,id=n0,ifname=labtap2-0,script=no,downscript=no"), "{line}");
+        assert!(
+            line.contains("tap,id=n0,ifname=labtap2-0,script=no,downscript=no"),
+            "{line}"
+        );
         assert!(line.contains(&format!("mac={mac}")), "{line}");
-        assert!(line.contains("lab.ip=192.168.102.10/24 lab.gw=192.168.102.1 lab.dns=192.168.102.1"), "{line}");
+        assert!(
+            line.contains("lab.ip=192.168.102.10/24 lab.gw=192.168.102.1 lab.dns=192.168.102.1"),
+            "{line}"
+        );
         assert!(line.contains("lab.vm=node1 systemd.unit=rescue.target"), "{line}");
         assert!(line.contains("-virtfs local,path=/srv/share,mount_tag=lab,security_model=none,readonly=on"));
     }

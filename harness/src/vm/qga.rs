@@ -147,12 +147,16 @@ impl Session {
             .map_err(|e| format!("writing: {e}"))?;
         loop {
             let mut skipped = Vec::new();
-            stream.read_until(0xff, &mut skipped).map_err(|e| format!("reading: {e}"))?;
+            stream
+                .read_until(0xff, &mut skipped)
+                .map_err(|e| format!("reading: {e}"))?;
             if skipped.last() != Some(&0xff) {
                 return Err("the connection closed".into());
             }
             let mut line = Vec::new();
-            stream.read_until(b'\n', &mut line).map_err(|e| format!("reading: {e}"))?;
+            stream
+                .read_until(b'\n', &mut line)
+                .map_err(|e| format!("reading: {e}"))?;
             let reply: serde_json::Value = match serde_json::from_slice(&line) {
                 Ok(v) => v,
                 Err(_) => continue,
@@ -163,7 +167,11 @@ impl Session {
         }
     }
 
-    fn execute<C: qapi::Command>(&mut self, command: &C, detail: impl Fn() -> String) -> Result<C::Ok, QgaError> {
+    fn execute<C: qapi::Command>(
+        &mut self,
+        command: &C,
+        detail: impl Fn() -> String,
+    ) -> Result<C::Ok, QgaError> {
         self.qga.execute(command).map_err(|source| QgaError::Command {
             command: C::NAME,
             detail: detail(),
@@ -197,7 +205,12 @@ impl Session {
     }
 
     /// Runs `argv` to completion (polling `guest-exec-status`), at most `timeout`.
-    pub fn exec(&mut self, argv: &[String], stdin: Option<Vec<u8>>, timeout: Duration) -> Result<GuestOutput, QgaError> {
+    pub fn exec(
+        &mut self,
+        argv: &[String],
+        stdin: Option<Vec<u8>>,
+        timeout: Duration,
+    ) -> Result<GuestOutput, QgaError> {
         let started = Instant::now();
         let pid = self.spawn(argv, stdin, true)?;
         let mut pause = Duration::from_millis(5);
@@ -258,7 +271,8 @@ impl Session {
                         return Err(QgaError::Command {
                             command: "guest-file-write",
                             detail: format!("{path} at offset {done}"),
-                            source: std::io::Error::new(std::io::ErrorKind::WriteZero, "wrote nothing").into(),
+                            source: std::io::Error::new(std::io::ErrorKind::WriteZero, "wrote nothing")
+                                .into(),
                         });
                     }
                     rest = &rest[n..];
@@ -331,8 +345,11 @@ mod tests {
                 if reader.read_until(b'\n', &mut line).unwrap() == 0 {
                     return;
                 }
-                let text = String::from_utf8_lossy(&line).trim_start_matches('\u{fffd}').to_string();
-                let json: serde_json::Value = serde_json::from_str(text.trim_start_matches(|c: char| c != '{')).unwrap();
+                let text = String::from_utf8_lossy(&line)
+                    .trim_start_matches('\u{fffd}')
+                    .to_string();
+                let json: serde_json::Value =
+                    serde_json::from_str(text.trim_start_matches(|c: char| c != '{')).unwrap();
                 let reply = match json["execute"].as_str().unwrap() {
                     "guest-sync-delimited" => {
                         out.write_all(&[0xff]).unwrap();
@@ -356,14 +373,21 @@ mod tests {
         fake_agent(UnixListener::bind(&socket).unwrap());
         let mut session = Session::connect(&socket, Duration::from_secs(5)).unwrap();
         let out = session
-            .exec(&["/bin/sh".into(), "-c".into(), "x".into()], None, Duration::from_secs(5))
+            .exec(
+                &["/bin/sh".into(), "-c".into(), "x".into()],
+                None,
+                Duration::from_secs(5),
+            )
             .unwrap();
         assert_eq!(out.status, ExitKind::Code(3));
         assert_eq!(out.stdout_text(), "hello\n");
         assert_eq!(out.stderr_text(), "oops\n");
         assert!(!out.success());
         let err = session.read_file("/etc/x").unwrap_err();
-        assert!(err.to_string().contains("guest-file-open") && err.to_string().contains("/etc/x"), "{err}");
+        assert!(
+            err.to_string().contains("guest-file-open") && err.to_string().contains("/etc/x"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -372,7 +396,9 @@ mod tests {
         let socket = tmp.path().join("qga.sock");
         let _listener = UnixListener::bind(&socket).unwrap();
         let started = Instant::now();
-        let err = Session::connect(&socket, Duration::from_millis(200)).err().unwrap();
+        let err = Session::connect(&socket, Duration::from_millis(200))
+            .err()
+            .unwrap();
         assert!(err.is_unreachable(), "{err}");
         assert!(started.elapsed() < Duration::from_secs(5));
     }

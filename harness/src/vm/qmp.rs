@@ -27,8 +27,12 @@ pub fn execute<C: qapi::Command>(socket: &Path, command: &C, timeout: Duration) 
         source,
     };
     let stream = UnixStream::connect(socket).map_err(|e| err(e.into()))?;
-    stream.set_read_timeout(Some(timeout)).map_err(|e| err(e.into()))?;
-    stream.set_write_timeout(Some(timeout)).map_err(|e| err(e.into()))?;
+    stream
+        .set_read_timeout(Some(timeout))
+        .map_err(|e| err(e.into()))?;
+    stream
+        .set_write_timeout(Some(timeout))
+        .map_err(|e| err(e.into()))?;
     let reader = BufReader::new(stream.try_clone().map_err(|e| err(e.into()))?);
     let mut qmp = qapi::Qmp::new(qapi::Stream::new(reader, stream));
     qmp.handshake().map_err(err)?;
@@ -81,8 +85,16 @@ mod tests {
         fake_qmp(UnixListener::bind(&socket).unwrap());
         let err = execute(&socket, &qmp::system_reset {}, Duration::from_secs(5)).unwrap_err();
         let text = err.to_string();
-        assert!(text.contains("system_reset") && text.contains("qmp.sock") && text.contains("nope"), "{text}");
-        let err = execute(&tmp.path().join("none.sock"), &qmp::quit {}, Duration::from_secs(1)).unwrap_err();
+        assert!(
+            text.contains("system_reset") && text.contains("qmp.sock") && text.contains("nope"),
+            "{text}"
+        );
+        let err = execute(
+            &tmp.path().join("none.sock"),
+            &qmp::quit {},
+            Duration::from_secs(1),
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("none.sock"), "{err}");
     }
 }

@@ -19,25 +19,27 @@ pub fn parse_ready(line: &str) -> Option<&str> {
 /// Starts the reader: it connects to `socket` (retrying while QEMU creates it) and records
 /// boot ids in `events` until QEMU closes the socket or exits.
 pub fn watch(socket: PathBuf, events: Arc<Events>, vm: &str) -> std::io::Result<()> {
-    std::thread::Builder::new().name(format!("ready-{vm}")).spawn(move || {
-        let stream = loop {
-            if events.snapshot().exit.is_some() {
-                return;
+    std::thread::Builder::new()
+        .name(format!("ready-{vm}"))
+        .spawn(move || {
+            let stream = loop {
+                if events.snapshot().exit.is_some() {
+                    return;
+                }
+                match UnixStream::connect(&socket) {
+                    Ok(stream) => break stream,
+                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                }
+            };
+            for line in BufReader::new(stream).lines() {
+                let Ok(line) = line else { return };
+                if let Some(id) = parse_ready(&line) {
+                    tracing::debug!(boot_id = id, "guest is ready");
+                    let id = id.to_string();
+                    events.update(|s| s.ready.push(id));
+                }
             }
-            match UnixStream::connect(&socket) {
-                Ok(stream) => break stream,
-                Err(_) => std::thread::sleep(Duration::from_millis(20)),
-            }
-        };
-        for line in BufReader::new(stream).lines() {
-            let Ok(line) = line else { return };
-            if let Some(id) = parse_ready(&line) {
-                tracing::debug!(boot_id = id, "guest is ready");
-                let id = id.to_string();
-                events.update(|s| s.ready.push(id));
-            }
-        }
-    })?;
+        })?;
     Ok(())
 }
 
@@ -51,7 +53,10 @@ mod tests {
 
     #[test]
     fn ready_lines_carry_a_boot_id_and_nothing_else_counts() {
-        assert_eq!(parse_ready("READY 0f1e2d3c-aaaa-bbbb-cccc-0123456789ab\n"), Some("0f1e2d3c-aaaa-bbbb-cccc-0123456789ab"));
+        assert_eq!(
+            parse_ready("READY 0f1e2d3c-aaaa-bbbb-cccc-0123456789ab\n"),
+            Some("0f1e2d3c-aaaa-bbbb-cccc-0123456789ab")
+        );
         assert_eq!(parse_ready("READY "), None);
         assert_eq!(parse_ready("READY x y"), None);
         assert_eq!(parse_ready("NOT READY abc"), None);

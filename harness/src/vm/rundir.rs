@@ -57,9 +57,13 @@ pub enum RunDirError {
         #[source]
         source: std::io::Error,
     },
-    #[error("socket path {path} is {len} bytes, over the kernel's {MAX_SOCKET_PATH}: use a shorter LAB_RUN_DIR or lab/VM name")]
+    #[error(
+        "socket path {path} is {len} bytes, over the kernel's {MAX_SOCKET_PATH}: use a shorter LAB_RUN_DIR or lab/VM name"
+    )]
     SocketPathTooLong { path: PathBuf, len: usize },
-    #[error("VM {name} of lab {lab} is already running (QEMU pid {pid}, {dir}): stop it first (`harness lab down`)")]
+    #[error(
+        "VM {name} of lab {lab} is already running (QEMU pid {pid}, {dir}): stop it first (`harness lab down`)"
+    )]
     AlreadyRunning {
         lab: String,
         name: String,
@@ -147,7 +151,11 @@ impl RunDir {
             }),
             _ => Err(RunDirError::Ambiguous {
                 name: name.to_string(),
-                labs: found.iter().map(|(l, _)| l.as_str()).collect::<Vec<_>>().join(", "),
+                labs: found
+                    .iter()
+                    .map(|(l, _)| l.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
             }),
         }
     }
@@ -204,7 +212,8 @@ impl RunDir {
 
     /// The pid of a live process recorded in the pid file.
     pub fn running_pid(&self) -> Option<i32> {
-        self.pid().filter(|pid| Path::new(&format!("/proc/{pid}")).exists())
+        self.pid()
+            .filter(|pid| Path::new(&format!("/proc/{pid}")).exists())
     }
 
     /// Makes an empty run directory (and the overlay's directory); fails if a QEMU recorded
@@ -294,7 +303,12 @@ mod tests {
     #[test]
     fn prepare_refuses_a_live_pid_and_cleans_a_dead_one() {
         let tmp = tempfile::tempdir().unwrap();
-        let run = RunDir::at(&tmp.path().join("run"), &tmp.path().join("state"), "lab-1", "node1");
+        let run = RunDir::at(
+            &tmp.path().join("run"),
+            &tmp.path().join("state"),
+            "lab-1",
+            "node1",
+        );
         run.prepare("lab-1", "node1").unwrap();
         fs::write(run.pid_file(), std::process::id().to_string()).unwrap();
         let err = run.prepare("lab-1", "node1").unwrap_err();
@@ -306,7 +320,10 @@ mod tests {
         fs::write(run.overlay(), "disk").unwrap();
         run.remove().unwrap();
         assert!(!run.dir().exists() && !run.overlay().exists());
-        assert!(!tmp.path().join("run/lab-1").exists(), "empty lab directory left behind");
+        assert!(
+            !tmp.path().join("run/lab-1").exists(),
+            "empty lab directory left behind"
+        );
         run.remove().unwrap();
     }
 }

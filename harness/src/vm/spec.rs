@@ -133,7 +133,10 @@ impl VmSpec {
         check_name("VM name", &self.name, 15)?;
         check_name("lab name", &self.lab, 32)?;
         if self.memory_mib < 256 {
-            return Err(format!("VM {}: memory_mib {} is below 256", self.name, self.memory_mib));
+            return Err(format!(
+                "VM {}: memory_mib {} is below 256",
+                self.name, self.memory_mib
+            ));
         }
         if self.cpus == 0 {
             return Err(format!("VM {}: cpus must be at least 1", self.name));
@@ -148,11 +151,21 @@ impl VmSpec {
         }
         if let Net::Tap { ifname, address, .. } = &self.net {
             if ifname.is_empty() || ifname.len() > 15 || ifname.contains(['/', ' ', ',', '=']) {
-                return Err(format!("VM {}: tap name {ifname:?} is not a valid link name", self.name));
+                return Err(format!(
+                    "VM {}: tap name {ifname:?} is not a valid link name",
+                    self.name
+                ));
             }
-            for (what, value) in [("ip", &address.ip), ("gateway", &address.gateway), ("dns", &address.dns)] {
+            for (what, value) in [
+                ("ip", &address.ip),
+                ("gateway", &address.gateway),
+                ("dns", &address.dns),
+            ] {
                 if value.is_empty() || value.contains(char::is_whitespace) {
-                    return Err(format!("VM {}: guest {what} {value:?} is empty or has spaces", self.name));
+                    return Err(format!(
+                        "VM {}: guest {what} {value:?} is empty or has spaces",
+                        self.name
+                    ));
                 }
             }
         }
@@ -164,11 +177,15 @@ fn check_name(what: &str, name: &str, max: usize) -> Result<(), String> {
     let ok = !name.is_empty()
         && name.len() <= max
         && !name.starts_with('-')
-        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
     if ok {
         Ok(())
     } else {
-        Err(format!("{what} {name:?} must be 1-{max} characters of [a-z0-9-], not starting with '-'"))
+        Err(format!(
+            "{what} {name:?} must be 1-{max} characters of [a-z0-9-], not starting with '-'"
+        ))
     }
 }
 

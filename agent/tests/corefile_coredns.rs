@@ -1,0 +1,196 @@
+//! Rendered Corefiles run in the real CoreDNS: in a fresh network namespace
+//! (listener and metrics addresses on `lo`), `/ready` answers `OK` on each
+//! listener, the health name answers rcode 0 on each, and the metrics address
+//! serves CoreDNS metrics.
+//!
+//! Needs root (`unshare --net`, `ip`) and the CoreDNS binary the lab builds
+//! (`harness images build`), found under `$LAB_CACHE_DIR` (default
+//! `~/.cache/unbounded-lab`) or given as `$LOCALDNS_TEST_COREDNS`.
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use agent::goal::{HostFacts, OptionalFacts};
+use agent::render::corefile::{HEALTH_NAME, READY_PORT, server_blocks};
+
+const INNER: &str = "LOCALDNS_TEST_INNER_CASE";
+
+fn find_coredns() -> PathBuf {
+    if let Some(p) = std::env::var_os("LOCALDNS_TEST_COREDNS") {
+        return p.into();
+    }
+    let cache = std::env::var_os("LAB_CACHE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/unbounded-lab"));
+    let mut found = Vec::new();
+    for key in std::fs::read_dir(cache.join("coredns"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let versions = key.path().join("offline/coredns");
+        for v in std::fs::read_dir(&versions).into_iter().flatten().flatten() {
+            let bin = v.path().join("bin/linux/amd64/coredns");
+            if bin.is_file() {
+                found.push(bin);
+            }
+        }
+    }
+    found.sort();
+    found.pop().unwrap_or_else(|| {
+        panic!(
+            "no CoreDNS binary under {}/coredns: build it with `harness images build` \
+             (or set LOCALDNS_TEST_COREDNS)",
+            cache.display()
+        )
+    })
+}
+
+fn corefile(case: &str) -> (String, String) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/render/{case}.json"));
+    let c: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let config = agent::validate::parse_value(c["config"].clone()).unwrap();
+    let optional: OptionalFacts =
+        serde_json::from_value(c.get("host_facts").cloned().unwrap_or_default()).unwrap_or_default();
+    let facts = HostFacts {
+        host_resolv_conf: c["host_resolv_conf"].as_str().unwrap().into(),
+        optional,
+    };
+    let goal = agent::goal::resolve(&config, &facts, agent::names::Slot::Kube1).unwrap();
+    let l = goal.local_dns.as_ref().unwrap();
+    (
+        agent::render::corefile::render(l).unwrap(),
+        l.metrics_address.to_string(),
+    )
+}
+
+struct Kill(Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<String> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(1))?;
+    s.set_read_timeout(Some(Duration::from_secs(2)))?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    Ok(out)
+}
+
+fn dns_rcode(server: Ipv4Addr, name: &str) -> std::io::Result<u8> {
+    let mut q = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
+    for label in name.split('.') {
+        q.push(label.len() as u8);
+        q.extend_from_slice(label.as_bytes());
+    }
+    q.extend_from_slice(&[0, 0, 1, 0, 1]);
+    let s = UdpSocket::bind("0.0.0.0:0")?;
+    s.set_read_timeout(Some(Duration::from_secs(2)))?;
+    s.send_to(&q, (server, 53))?;
+    let mut buf = [0u8; 512];
+    let n = s.recv(&mut buf)?;
+    assert!(n >= 12 && buf[..2] == [0x12, 0x34], "not an answer to our query");
+    Ok(buf[3] & 0x0f)
+}
+
+/// Runs inside the fresh network namespace.
+fn inner(case: &str) {
+    let (text, metrics) = corefile(case);
+    let blocks = server_blocks(&text).unwrap();
+    let mut addrs: Vec<Ipv4Addr> = blocks.iter().flat_map(|b| b.binds()).collect();
+    let metrics_ip: Ipv4Addr = metrics.rsplit_once(':').unwrap().0.parse().unwrap();
+    addrs.push(metrics_ip);
+    addrs.sort();
+    addrs.dedup();
+    agent::exec::run(Command::new("ip").args(["link", "set", "lo", "up"])).unwrap();
+    for a in &addrs {
+        agent::exec::run(Command::new("ip").args(["addr", "add", &format!("{a}/32"), "dev", "lo"])).unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("Corefile");
+    std::fs::write(&conf, &text).unwrap();
+    let log = std::fs::File::create(dir.path().join("log")).unwrap();
+    let child = Command::new(find_coredns())
+        .arg("-conf")
+        .arg(&conf)
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _guard = Kill(child);
+    let listeners: Vec<Ipv4Addr> = text
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("ready "))
+        .map(|a| a.rsplit_once(':').unwrap().0.parse().unwrap())
+        .collect();
+    assert_eq!(
+        listeners.len(),
+        2,
+        "{case}: expected a `ready` per listener:\n{text}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for l in &listeners {
+        let addr = SocketAddr::from((*l, READY_PORT));
+        loop {
+            match http_get(addr, "/ready") {
+                Ok(body) if body.ends_with("OK") => break,
+                other => {
+                    let log = std::fs::read_to_string(dir.path().join("log")).unwrap_or_default();
+                    assert!(
+                        Instant::now() < deadline,
+                        "{case}: {addr}/ready never OK ({other:?}); CoreDNS log:\n{log}"
+                    );
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            }
+        }
+        assert_eq!(
+            dns_rcode(*l, HEALTH_NAME).unwrap(),
+            0,
+            "{case}: {HEALTH_NAME} on {l}"
+        );
+    }
+    let body = http_get(metrics.parse().unwrap(), "/metrics").unwrap();
+    assert!(
+        body.contains("coredns_build_info"),
+        "{case}: no CoreDNS metrics on {metrics}"
+    );
+}
+
+#[test]
+fn rendered_corefiles_serve_health_ready_and_metrics_in_real_coredns() {
+    if let Ok(case) = std::env::var(INNER) {
+        inner(&case);
+        return;
+    }
+    find_coredns();
+    let exe = std::env::current_exe().unwrap();
+    for case in ["defaults", "custom-listeners-limits", "custom-template"] {
+        let out = Command::new("unshare")
+            .arg("--net")
+            .arg(&exe)
+            .args([
+                "--exact",
+                "rendered_corefiles_serve_health_ready_and_metrics_in_real_coredns",
+                "--nocapture",
+            ])
+            .env(INNER, case)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{case} failed in a fresh network namespace (needs root for `unshare --net`):\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
