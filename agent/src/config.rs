@@ -155,3 +155,21 @@ pub struct LocalDnsConfig {
     #[serde(rename = "NOTRACKReplies", default, skip_serializing_if = "Option::is_none")]
     pub notrack_replies: Option<bool>,
 }
+
+/// RFC 7396 JSON merge patch, as node configs and tests apply it over a config: objects merge
+/// recursively, `null` removes a field, anything else replaces.
+pub fn merge_patch(target: &mut serde_json::Value, patch: &serde_json::Value) {
+    use serde_json::Value;
+    match (target, patch) {
+        (Value::Object(t), Value::Object(p)) => {
+            for (k, v) in p {
+                if v.is_null() {
+                    t.remove(k);
+                } else {
+                    merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
+                }
+            }
+        }
+        (t, p) => *t = p.clone(),
+    }
+}

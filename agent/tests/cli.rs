@@ -25,6 +25,32 @@ fn case_files(dir: &Path, name: &str) -> (String, String) {
     (config.display().to_string(), resolv.display().to_string())
 }
 
+/// Writes the `defaults` case's config with `patch` merged over it (JSON merge patch) to
+/// `dir/config.json`; returns its path.
+fn defaults_with(dir: &Path, patch: serde_json::Value) -> String {
+    let mut c = case("defaults")["config"].clone();
+    agent::config::merge_patch(&mut c, &patch);
+    let path = dir.join("config.json");
+    std::fs::write(&path, c.to_string()).unwrap();
+    path.display().to_string()
+}
+
+/// `unbounded-agent render --config CONFIG --root ROOT --host-resolv-conf RESOLV`, then `extra`.
+fn render(config: &str, root: &Path, resolv: &str, extra: &[&str]) -> Output {
+    let root = root.to_str().unwrap();
+    let mut args = vec![
+        "render",
+        "--config",
+        config,
+        "--root",
+        root,
+        "--host-resolv-conf",
+        resolv,
+    ];
+    args.extend_from_slice(extra);
+    agent(&args)
+}
+
 fn snapshot(root: &Path) -> Vec<(String, Vec<u8>)> {
     let mut out = Vec::new();
     let mut stack = vec![root.to_owned()];
@@ -65,12 +91,11 @@ fn validate_exits_0_for_a_valid_config() {
 #[test]
 fn validate_exits_2_with_one_line_per_problem() {
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("bad.json");
-    let mut c = case("defaults")["config"].clone();
-    c["LocalDNS"] =
-        serde_json::json!({"Enabled": true, "NodeListenerIP": "127.0.0.1", "MemoryLimitInMB": 0, "Typo": 1});
-    std::fs::write(&config, c.to_string()).unwrap();
-    let out = agent(&["validate", "--config", config.to_str().unwrap()]);
+    let config = defaults_with(
+        dir.path(),
+        serde_json::json!({"LocalDNS": {"NodeListenerIP": "127.0.0.1", "MemoryLimitInMB": 0, "Typo": 1}}),
+    );
+    let out = agent(&["validate", "--config", &config]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     let stdout = String::from_utf8(out.stdout).unwrap();
     let lines: Vec<&str> = stdout.lines().collect();
@@ -97,15 +122,7 @@ fn render_twice_gives_identical_trees_matching_the_expected_files() {
     let (config, resolv) = case_files(dir.path(), "defaults");
     let (a, b) = (dir.path().join("a"), dir.path().join("b"));
     for root in [&a, &b] {
-        let out = agent(&[
-            "render",
-            "--config",
-            &config,
-            "--root",
-            root.to_str().unwrap(),
-            "--host-resolv-conf",
-            &resolv,
-        ]);
+        let out = render(&config, root, &resolv, &[]);
         assert_eq!(out.status.code(), Some(0), "{out:?}");
     }
     let (sa, sb) = (snapshot(&a), snapshot(&b));
@@ -129,17 +146,7 @@ fn render_for_kube2_writes_under_its_machine_directory() {
     let dir = tempfile::tempdir().unwrap();
     let (config, resolv) = case_files(dir.path(), "defaults");
     let root = dir.path().join("root");
-    let out = agent(&[
-        "render",
-        "--config",
-        &config,
-        "--root",
-        root.to_str().unwrap(),
-        "--host-resolv-conf",
-        &resolv,
-        "--machine",
-        "kube2",
-    ]);
+    let out = render(&config, &root, &resolv, &["--machine", "kube2"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert!(
         root.join("var/lib/machines/kube2/etc/unbounded/localdns/Corefile")
@@ -157,15 +164,7 @@ fn render_without_host_facts_reports_the_missing_fact_and_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let (config, resolv) = case_files(dir.path(), "resolved-host");
     let root = dir.path().join("root");
-    let out = agent(&[
-        "render",
-        "--config",
-        &config,
-        "--root",
-        root.to_str().unwrap(),
-        "--host-resolv-conf",
-        &resolv,
-    ]);
+    let out = render(&config, &root, &resolv, &[]);
     assert_ne!(out.status.code(), Some(0));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -182,17 +181,12 @@ fn render_with_host_facts_takes_upstreams_from_resolved() {
     let facts = dir.path().join("facts.json");
     std::fs::write(&facts, case("resolved-host")["host_facts"].to_string()).unwrap();
     let root = dir.path().join("root");
-    let out = agent(&[
-        "render",
-        "--config",
+    let out = render(
         &config,
-        "--root",
-        root.to_str().unwrap(),
-        "--host-resolv-conf",
+        &root,
         &resolv,
-        "--host-facts",
-        facts.to_str().unwrap(),
-    ]);
+        &["--host-facts", facts.to_str().unwrap()],
+    );
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let ups =
         std::fs::read_to_string(root.join("var/lib/machines/kube1/etc/unbounded/localdns/node-upstreams"))
@@ -203,13 +197,13 @@ fn render_with_host_facts_takes_upstreams_from_resolved() {
 #[test]
 fn preflight_reports_json_with_the_localdns_config_check() {
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("config.json");
-    let mut c = case("defaults")["config"].clone();
     // An offline bundle that does not exist: the artifact check fails at once instead of going online.
-    c["OfflineArtifacts"] = serde_json::json!({"Source": dir.path().join("no-bundle").to_str().unwrap()});
-    std::fs::write(&config, c.to_string()).unwrap();
-    let config = config.to_str().unwrap();
-    let out = agent(&["preflight", "--config", config, "--output", "json"]);
+    let no_bundle = dir.path().join("no-bundle");
+    let config = defaults_with(
+        dir.path(),
+        serde_json::json!({"OfflineArtifacts": {"Source": no_bundle.to_str().unwrap()}}),
+    );
+    let out = agent(&["preflight", "--config", &config, "--output", "json"]);
     let report: serde_json::Value =
         serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
     let first = &report["checks"][0];
@@ -223,11 +217,11 @@ fn preflight_reports_json_with_the_localdns_config_check() {
 #[test]
 fn preflight_fails_on_an_invalid_config_with_one_finding_per_problem() {
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("bad.json");
-    let mut c = case("defaults")["config"].clone();
-    c["LocalDNS"] = serde_json::json!({"Enabled": true, "CPULimitInMilliCores": 0, "MemoryLimitInMB": 0});
-    std::fs::write(&config, c.to_string()).unwrap();
-    let out = agent(&["preflight", "--config", config.to_str().unwrap()]);
+    let config = defaults_with(
+        dir.path(),
+        serde_json::json!({"LocalDNS": {"CPULimitInMilliCores": 0, "MemoryLimitInMB": 0}}),
+    );
+    let out = agent(&["preflight", "--config", &config]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
@@ -237,12 +231,6 @@ fn preflight_fails_on_an_invalid_config_with_one_finding_per_problem() {
         2,
         "{text}"
     );
-    let ignored = agent(&[
-        "preflight",
-        "--config",
-        config.to_str().unwrap(),
-        "--ignore",
-        "localdns-config",
-    ]);
+    let ignored = agent(&["preflight", "--config", &config, "--ignore", "localdns-config"]);
     assert_eq!(ignored.status.code(), Some(0), "{ignored:?}");
 }

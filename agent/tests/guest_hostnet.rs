@@ -27,6 +27,29 @@ fn guest_netns() {
     }
 }
 
+/// `unbounded-agent`: in the guest the test archive's copy, which nextest names at run time or which
+/// sits beside the test's `deps/` directory; on a host the one cargo built.
+fn agent_binary() -> std::path::PathBuf {
+    let mut tried: Vec<std::path::PathBuf> = [
+        "NEXTEST_BIN_EXE_unbounded-agent",
+        "NEXTEST_BIN_EXE_unbounded_agent",
+        "CARGO_BIN_EXE_unbounded-agent",
+    ]
+    .iter()
+    .filter_map(|var| std::env::var_os(var).map(Into::into))
+    .collect();
+    if let Some(dir) = std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.parent()?.to_path_buf()))
+    {
+        tried.push(dir.join("unbounded-agent"));
+    }
+    tried.push(env!("CARGO_BIN_EXE_unbounded-agent").into());
+    tried.iter().find(|p| p.is_file()).cloned().unwrap_or_else(|| {
+        panic!("unbounded-agent not found (tried {tried:?}): build it with `cargo build -p agent --bins`")
+    })
+}
+
 fn observed_link() -> Option<ObservedLink> {
     Netlink::open()
         .expect("netlink")
@@ -167,8 +190,7 @@ fn guest_apply_through_the_cli_writes_the_script_it_applied() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("config.json");
     std::fs::write(&config, config_text(true)).unwrap();
-    let agent =
-        std::env::var("UNBOUNDED_AGENT_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_unbounded-agent").into());
+    let agent = agent_binary();
     let args = |root: &std::path::Path| {
         vec![
             "localdns".to_owned(),

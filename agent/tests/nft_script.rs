@@ -40,6 +40,13 @@ fn write(script: &str) -> tempfile::NamedTempFile {
     f
 }
 
+/// Runs the shell `commands` in a fresh network namespace (`unshare --net`, needs root); its stdout.
+fn in_fresh_netns(commands: &str) -> String {
+    exec::run_stdout(Command::new("unshare").args(["--net", "sh", "-c", commands])).unwrap_or_else(|e| {
+        panic!("applying in a fresh network namespace failed (needs root for `unshare --net`): {e}")
+    })
+}
+
 #[test]
 fn nft_check_accepts_the_rendered_script() {
     require_nft();
@@ -57,15 +64,9 @@ fn script_applies_twice_in_a_fresh_netns_and_lists_as_rendered() {
     let f = write(&text);
     let path = f.path().display().to_string();
     // Apply on an empty ruleset, apply again (replacing the table), then list.
-    let out = exec::run_stdout(Command::new("unshare").args([
-        "--net",
-        "sh",
-        "-c",
-        &format!("nft -f {path} && nft -f {path} && nft list table ip unbounded_localdns"),
-    ]))
-    .unwrap_or_else(|e| {
-        panic!("applying in a fresh network namespace failed (needs root for `unshare --net`): {e}")
-    });
+    let out = in_fresh_netns(&format!(
+        "nft -f {path} && nft -f {path} && nft list table ip unbounded_localdns"
+    ));
     let table_part = &text[text.rfind("table ip unbounded_localdns {").unwrap()..];
     assert_eq!(
         out, table_part,
@@ -84,13 +85,9 @@ fn applied_script_matches_the_host_network_model_both_ways() {
     for replies in [true, false] {
         let f = write(&script(replies));
         let path = f.path().display().to_string();
-        let json = exec::run_stdout(Command::new("unshare").args([
-            "--net",
-            "sh",
-            "-c",
-            &format!("nft -f {path} && nft -j list table ip unbounded_localdns"),
-        ]))
-        .unwrap_or_else(|e| panic!("applying in a fresh network namespace failed (needs root): {e}"));
+        let json = in_fresh_netns(&format!(
+            "nft -f {path} && nft -j list table ip unbounded_localdns"
+        ));
         let live = agent::hostnet::model::from_nft_json(&json).unwrap();
         let spec = agent::hostnet::NetworkSpec {
             node_listener: [169, 254, 10, 10].into(),

@@ -135,6 +135,15 @@ pub fn collect_with(vm: &Vm, test: &str, reason: &str, extra: &[(&str, &str)]) -
     dir
 }
 
+/// Passes `result` through, collecting `vm`'s evidence for `test` first when it is an error
+/// (for test bodies that return `Result` instead of panicking).
+pub fn on_error<T, E: std::fmt::Display>(vm: &Vm, test: &str, result: Result<T, E>) -> Result<T, E> {
+    if let Err(err) = &result {
+        collect(vm, test, &format!("failed: {err}"));
+    }
+    result
+}
+
 /// Runs an evidence command with short deadlines; any exit status is fine (it is recorded).
 fn guest_command(vm: &Vm, command: &str) -> Result<String, String> {
     let deadlines = vm.deadlines();

@@ -167,21 +167,8 @@ impl NodeConfig {
     }
 }
 
-/// RFC 7396 JSON merge patch: objects merge recursively, `null` removes, anything else replaces.
-pub fn merge_patch(target: &mut Value, patch: &Value) {
-    match (target, patch) {
-        (Value::Object(t), Value::Object(p)) => {
-            for (k, v) in p {
-                if v.is_null() {
-                    t.remove(k);
-                } else {
-                    merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
-                }
-            }
-        }
-        (t, p) => *t = p.clone(),
-    }
-}
+/// RFC 7396 JSON merge patch (the agent's; re-exported for callers of this module).
+pub use agent::config::merge_patch;
 
 #[cfg(test)]
 mod tests {

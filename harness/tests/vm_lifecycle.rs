@@ -1,4 +1,4 @@
-//! One VM on user-mode networking: guest commands (status, stdout, stderr, non-zero fails),
+//! One VM on user-mode networking with a 9p share: guest commands (status, stdout, stderr, non-zero fails),
 //! files in and out, `harness vm exec|cp` against it, evidence, reboot from inside and
 //! `system_reset` (each a new boot id), power-off (QEMU exits), and nothing left behind.
 //!
@@ -46,7 +46,11 @@ fn harness_cli(lab: &str, args: &[&str]) -> std::process::Output {
 fn vm_runs_commands_copies_files_reboots_resets_and_powers_off() {
     let lab = lab();
     let started = Instant::now();
-    let mut vm = Vm::boot(VmSpec::new(&lab, "lifecycle", image())).expect("booting the VM");
+    let share = tempfile::tempdir().unwrap();
+    std::fs::write(share.path().join("hello.txt"), "shared over 9p\n").unwrap();
+    let mut spec = VmSpec::new(&lab, "lifecycle", image());
+    spec.share = Some(share.path().to_path_buf());
+    let mut vm = Vm::boot(spec).expect("booting the VM");
     let boot = started.elapsed();
     let first_boot = vm.boot_id().to_string();
     assert_eq!(
@@ -84,6 +88,15 @@ fn vm_runs_commands_copies_files_reboots_resets_and_powers_off() {
     assert!(
         vm.run("ip -o addr show").unwrap().contains("10.0.2.15/24"),
         "lab-net set the address"
+    );
+    assert_eq!(
+        vm.run("cat /mnt/lab/hello.txt").unwrap(),
+        "shared over 9p\n",
+        "the 9p share is mounted"
+    );
+    assert!(
+        vm.run_unchecked("touch /mnt/lab/x").unwrap().status != ExitKind::Code(0),
+        "the share is read-only"
     );
 
     // Files in and out, byte for byte, with the mode kept.

@@ -2,8 +2,9 @@
 //! runs over, and a lab with one VM booted for a node config.
 //!
 //! A scenario is a nextest test in `scenarios/tests/`, parameterised over
-//! `node-configs/*.json` with rstest's `#[files("../node-configs/*.json")]`, so
-//! every node config is its own test case. `.config/nextest.toml` puts the
+//! `node-configs/*.json` with rstest's
+//! `#[files("*.json")] #[base_dir = "../node-configs"]`, so every node config is
+//! its own test case (`<scenario>::node_config_<i>_<name>_json`). `.config/nextest.toml` puts the
 //! whole crate in the `vm` test group (two VMs at once). On a panic the VM's
 //! evidence is saved under `$LAB_ARTIFACTS_DIR/<test>/` (see
 //! `harness::evidence`), the lab's DNS and HTTP logs under `.../<test>/lab/`.

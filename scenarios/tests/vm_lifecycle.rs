@@ -11,7 +11,9 @@ use scenarios::LabNode;
 
 #[rstest]
 fn vm_boots_answers_commands_reboots_both_ways_and_powers_off(
-    #[files("../node-configs/*.json")] node_config: PathBuf,
+    #[files("*.json")]
+    #[base_dir = "../node-configs"]
+    node_config: PathBuf,
 ) -> anyhow::Result<()> {
     let mut node = LabNode::boot(&node_config)?;
     let LabNode {

@@ -52,12 +52,11 @@ pub fn parse_plugin_list(output: &str) -> BTreeSet<String> {
 /// child forked meanwhile by another thread briefly holds a copy of the
 /// (close-on-exec) write descriptor until it execs. That is retried.
 fn run_candidate(binary: &Path, arg: &str) -> Result<String, ArtifactError> {
-    const ETXTBSY: i32 = 26;
     let mut tries = 0;
     loop {
         match exec::run_stdout(Command::new(binary).arg(arg)) {
             Err(exec::CommandFailed::Spawn { source, .. })
-                if source.raw_os_error() == Some(ETXTBSY) && tries < 20 =>
+                if source.raw_os_error() == Some(nix::libc::ETXTBSY) && tries < 20 =>
             {
                 tries += 1;
                 std::thread::sleep(std::time::Duration::from_millis(25));

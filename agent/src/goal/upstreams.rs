@@ -29,13 +29,7 @@ pub fn nameservers(resolv_conf: &str) -> Vec<Ipv4Addr> {
 pub fn discover(facts: &HostFacts, listeners: &[Ipv4Addr]) -> Result<Vec<Ipv4Addr>, GoalError> {
     let host = nameservers(&facts.host_resolv_conf);
     if !host.iter().any(Ipv4Addr::is_loopback) {
-        let ups = usable(host, listeners);
-        if ups.is_empty() {
-            return Err(GoalError::NoUpstream {
-                source_file: "/etc/resolv.conf",
-            });
-        }
-        return Ok(ups);
+        return usable(host, listeners, "/etc/resolv.conf");
     }
     let foreign: Vec<String> = host
         .iter()
@@ -47,48 +41,55 @@ pub fn discover(facts: &HostFacts, listeners: &[Ipv4Addr]) -> Result<Vec<Ipv4Add
             nameservers: foreign.join(", "),
         });
     }
-    let domains = facts
-        .optional
-        .resolvectl_domain
-        .as_deref()
-        .ok_or(GoalError::MissingFact {
-            fact: "resolvectl_domain",
-            needed_for: "checking for split DNS behind systemd-resolved",
-        })?;
+    let f = &facts.optional;
+    let domains = needed(
+        &f.resolvectl_domain,
+        "resolvectl_domain",
+        "checking for split DNS behind systemd-resolved",
+    )?;
     let routes = split_dns_routes(domains);
     if !routes.is_empty() {
         return Err(GoalError::SplitDns {
             routes: routes.join(", "),
         });
     }
-    let resolved = facts
-        .optional
-        .resolved_resolv_conf
-        .as_deref()
-        .ok_or(GoalError::MissingFact {
-            fact: "resolved_resolv_conf",
-            needed_for: "reading systemd-resolved's upstream nameservers",
-        })?;
-    let ups = usable(
-        nameservers(resolved)
-            .into_iter()
-            .filter(|ip| !ip.is_loopback())
-            .collect(),
-        listeners,
-    );
-    if ups.is_empty() {
-        return Err(GoalError::NoUpstream {
-            source_file: "/run/systemd/resolve/resolv.conf",
-        });
-    }
-    Ok(ups)
+    let resolved = needed(
+        &f.resolved_resolv_conf,
+        "resolved_resolv_conf",
+        "reading systemd-resolved's upstream nameservers",
+    )?;
+    let direct = nameservers(resolved)
+        .into_iter()
+        .filter(|ip| !ip.is_loopback())
+        .collect();
+    usable(direct, listeners, "/run/systemd/resolve/resolv.conf")
 }
 
-fn usable(mut ips: Vec<Ipv4Addr>, listeners: &[Ipv4Addr]) -> Vec<Ipv4Addr> {
+/// A fact this branch needs, or the error naming it.
+fn needed<'a>(
+    fact: &'a Option<String>,
+    name: &'static str,
+    needed_for: &'static str,
+) -> Result<&'a str, GoalError> {
+    fact.as_deref().ok_or(GoalError::MissingFact {
+        fact: name,
+        needed_for,
+    })
+}
+
+/// `ips` without the listeners, sorted and distinct; none left is an error naming `source_file`.
+fn usable(
+    mut ips: Vec<Ipv4Addr>,
+    listeners: &[Ipv4Addr],
+    source_file: &'static str,
+) -> Result<Vec<Ipv4Addr>, GoalError> {
     ips.retain(|ip| !listeners.contains(ip));
     ips.sort();
     ips.dedup();
-    ips
+    if ips.is_empty() {
+        return Err(GoalError::NoUpstream { source_file });
+    }
+    Ok(ips)
 }
 
 /// Routing domains other than `~.` in `resolvectl domain` output (lines such

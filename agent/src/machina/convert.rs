@@ -19,6 +19,7 @@
 //! way, before the machine's own settings ([`effective_agent_config`]).
 
 use crate::config::{DownloadSource, DownloadsConfig, KubeletConfig, LocalDnsConfig, RawConfig};
+use crate::names::{DnsName, NameError};
 
 use super::agent_spec::{AgentDownloadsSpec, AgentSpec, DownloadSourceSpec, LocalDnsSpec};
 use super::machine::{KubernetesSpec, LocalObjectReference, Machine, MachineSpec};
@@ -29,124 +30,54 @@ use super::machine_configuration::{MachineConfigurationKubernetes, MachineConfig
 pub enum ConversionError {
     #[error("MachineName: missing; it names the Machine")]
     MissingMachineName,
-    #[error("MachineName: {name:?} is not a Kubernetes object name: {reason}")]
-    InvalidMachineName { name: String, reason: &'static str },
+    /// A Machine is cluster-scoped: its name must be a DNS subdomain name, as [`DnsName`] checks.
+    #[error("MachineName: {reason} (a Machine's name must be a DNS subdomain name)")]
+    InvalidMachineName { name: String, reason: NameError },
 }
 
-impl From<&LocalDnsSpec> for LocalDnsConfig {
-    fn from(spec: &LocalDnsSpec) -> Self {
-        let LocalDnsSpec {
-            enabled,
-            node_listener_ip,
-            cluster_listener_ip,
-            metrics_address,
-            cpu_limit_in_milli_cores,
-            memory_limit_in_mb,
-            required_plugins,
-            corefile_template,
-            notrack_replies,
-        } = spec.clone();
-        LocalDnsConfig {
-            enabled,
-            node_listener_ip,
-            cluster_listener_ip,
-            metrics_address,
-            cpu_limit_in_milli_cores,
-            memory_limit_in_mb,
-            required_plugins,
-            corefile_template,
-            notrack_replies,
+/// Converts between a Machina spec type and the agent config type with the same fields (of the same
+/// types), both ways, and overlays the spec on a config field by field. Both sides are destructured
+/// whole, so a field added to one type and not the other does not compile.
+macro_rules! mirror_fields {
+    ($spec:ident <=> $config:ident { $($field:ident),+ $(,)? }) => {
+        impl From<&$spec> for $config {
+            fn from(spec: &$spec) -> Self {
+                let $spec { $($field),+ } = spec.clone();
+                $config { $($field),+ }
+            }
         }
-    }
+
+        impl From<&$config> for $spec {
+            fn from(config: &$config) -> Self {
+                let $config { $($field),+ } = config.clone();
+                $spec { $($field),+ }
+            }
+        }
+
+        impl $spec {
+            /// Overlays the fields set here on `base` (absent fields keep `base`'s values).
+            pub fn overlay(&self, base: Option<$config>) -> $config {
+                let base = base.unwrap_or_default();
+                let spec = $config::from(self);
+                $config { $($field: spec.$field.or(base.$field)),+ }
+            }
+        }
+    };
 }
 
-impl From<&LocalDnsConfig> for LocalDnsSpec {
-    fn from(config: &LocalDnsConfig) -> Self {
-        let LocalDnsConfig {
-            enabled,
-            node_listener_ip,
-            cluster_listener_ip,
-            metrics_address,
-            cpu_limit_in_milli_cores,
-            memory_limit_in_mb,
-            required_plugins,
-            corefile_template,
-            notrack_replies,
-        } = config.clone();
-        LocalDnsSpec {
-            enabled,
-            node_listener_ip,
-            cluster_listener_ip,
-            metrics_address,
-            cpu_limit_in_milli_cores,
-            memory_limit_in_mb,
-            required_plugins,
-            corefile_template,
-            notrack_replies,
-        }
-    }
-}
+mirror_fields!(LocalDnsSpec <=> LocalDnsConfig {
+    enabled,
+    node_listener_ip,
+    cluster_listener_ip,
+    metrics_address,
+    cpu_limit_in_milli_cores,
+    memory_limit_in_mb,
+    required_plugins,
+    corefile_template,
+    notrack_replies,
+});
 
-impl From<&DownloadSourceSpec> for DownloadSource {
-    fn from(spec: &DownloadSourceSpec) -> Self {
-        let DownloadSourceSpec {
-            url,
-            base_url,
-            version,
-        } = spec.clone();
-        DownloadSource {
-            url,
-            base_url,
-            version,
-        }
-    }
-}
-
-impl From<&DownloadSource> for DownloadSourceSpec {
-    fn from(source: &DownloadSource) -> Self {
-        let DownloadSource {
-            url,
-            base_url,
-            version,
-        } = source.clone();
-        DownloadSourceSpec {
-            url,
-            base_url,
-            version,
-        }
-    }
-}
-
-impl LocalDnsSpec {
-    /// Overlays the fields set here on `base` (absent fields keep `base`'s values).
-    pub fn overlay(&self, base: Option<LocalDnsConfig>) -> LocalDnsConfig {
-        let base = base.unwrap_or_default();
-        let spec = LocalDnsConfig::from(self);
-        LocalDnsConfig {
-            enabled: spec.enabled.or(base.enabled),
-            node_listener_ip: spec.node_listener_ip.or(base.node_listener_ip),
-            cluster_listener_ip: spec.cluster_listener_ip.or(base.cluster_listener_ip),
-            metrics_address: spec.metrics_address.or(base.metrics_address),
-            cpu_limit_in_milli_cores: spec.cpu_limit_in_milli_cores.or(base.cpu_limit_in_milli_cores),
-            memory_limit_in_mb: spec.memory_limit_in_mb.or(base.memory_limit_in_mb),
-            required_plugins: spec.required_plugins.or(base.required_plugins),
-            corefile_template: spec.corefile_template.or(base.corefile_template),
-            notrack_replies: spec.notrack_replies.or(base.notrack_replies),
-        }
-    }
-}
-
-impl DownloadSourceSpec {
-    /// Overlays the fields set here on `base`.
-    pub fn overlay(&self, base: Option<DownloadSource>) -> DownloadSource {
-        let base = base.unwrap_or_default();
-        DownloadSource {
-            url: self.url.clone().or(base.url),
-            base_url: self.base_url.clone().or(base.base_url),
-            version: self.version.clone().or(base.version),
-        }
-    }
-}
+mirror_fields!(DownloadSourceSpec <=> DownloadSource { url, base_url, version });
 
 impl AgentSpec {
     /// The agent settings an agent config carries; `None` when it has neither LocalDNS nor downloads.
@@ -229,7 +160,11 @@ impl Machine {
             .machine_name
             .as_deref()
             .ok_or(ConversionError::MissingMachineName)?;
-        check_object_name(name)?;
+        name.parse::<DnsName>()
+            .map_err(|reason| ConversionError::InvalidMachineName {
+                name: name.to_owned(),
+                reason,
+            })?;
         let kubelet = config.kubelet.clone().unwrap_or_default();
         let kubernetes = KubernetesSpec {
             version: config
@@ -290,30 +225,4 @@ pub fn effective_agent_config(
     }
     machine.apply_to(&mut config);
     config
-}
-
-/// Checks a cluster-scoped object name (a DNS subdomain: at most 253 characters of lowercase
-/// letters, digits, `-` and `.`, starting and ending with a letter or digit).
-fn check_object_name(name: &str) -> Result<(), ConversionError> {
-    let invalid = |reason| ConversionError::InvalidMachineName {
-        name: name.to_owned(),
-        reason,
-    };
-    if name.is_empty() {
-        return Err(invalid("it is empty"));
-    }
-    if name.len() > 253 {
-        return Err(invalid("it is longer than 253 characters"));
-    }
-    if !name
-        .bytes()
-        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
-    {
-        return Err(invalid("only lowercase letters, digits, '-' and '.' are allowed"));
-    }
-    let alphanumeric = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
-    if !alphanumeric(name.as_bytes()[0]) || !alphanumeric(name.as_bytes()[name.len() - 1]) {
-        return Err(invalid("it must start and end with a letter or digit"));
-    }
-    Ok(())
 }

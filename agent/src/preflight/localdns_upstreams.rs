@@ -32,19 +32,18 @@ pub fn run(ctx: &Context) -> Vec<Finding> {
 
 /// The finding for given facts (separate from the host reads, for tests).
 pub fn check(config: &crate::validate::Config, facts: &HostFacts) -> Finding {
-    match resolve(config, facts, Slot::Kube1) {
-        Ok(goal) => {
-            let l = goal.local_dns.expect("LocalDNS is enabled");
-            let ups: Vec<String> = l.upstreams.iter().map(ToString::to_string).collect();
-            Finding::new(
-                NAME,
-                "/etc/resolv.conf",
-                Severity::Ok,
-                format!("upstreams {}; metrics on {}", ups.join(", "), l.metrics_address),
-            )
-        }
-        Err(e) => Finding::new(NAME, "/etc/resolv.conf", Severity::Error, e.to_string()),
-    }
+    let (severity, message) = match resolve(config, facts, Slot::Kube1) {
+        Ok(goal) => match goal.local_dns {
+            None => (Severity::Ok, "LocalDNS is disabled".to_owned()),
+            Some(l) => {
+                let ups: Vec<String> = l.upstreams.iter().map(ToString::to_string).collect();
+                let message = format!("upstreams {}; metrics on {}", ups.join(", "), l.metrics_address);
+                (Severity::Ok, message)
+            }
+        },
+        Err(e) => (Severity::Error, e.to_string()),
+    };
+    Finding::new(NAME, "/etc/resolv.conf", severity, message)
 }
 
 #[cfg(test)]
@@ -53,17 +52,19 @@ mod tests {
     use crate::goal::OptionalFacts;
     use crate::validate::tests::base;
 
-    fn facts(resolv: &str) -> HostFacts {
-        HostFacts {
+    /// The finding for the base config on a host with this resolv.conf.
+    fn finding(resolv: &str) -> Finding {
+        let config = crate::validate::parse_value(base()).unwrap();
+        let facts = HostFacts {
             host_resolv_conf: resolv.into(),
             optional: OptionalFacts::default(),
-        }
+        };
+        check(&config, &facts)
     }
 
     #[test]
     fn discoverable_upstreams_are_ok_and_listed() {
-        let config = crate::validate::parse_value(base()).unwrap();
-        let f = check(&config, &facts("nameserver 10.0.0.3\nnameserver 10.0.0.2\n"));
+        let f = finding("nameserver 10.0.0.3\nnameserver 10.0.0.2\n");
         assert_eq!(f.severity, Severity::Ok);
         assert_eq!(
             f.message,
@@ -73,8 +74,7 @@ mod tests {
 
     #[test]
     fn an_unsupported_stub_is_an_error_with_the_reason() {
-        let config = crate::validate::parse_value(base()).unwrap();
-        let f = check(&config, &facts("nameserver 127.0.0.1\n"));
+        let f = finding("nameserver 127.0.0.1\n");
         assert_eq!(f.severity, Severity::Error);
         assert!(
             f.message.contains("unsupported local caching stub"),

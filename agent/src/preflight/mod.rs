@@ -25,6 +25,17 @@ pub enum Severity {
     Error,
 }
 
+impl Severity {
+    /// The word the text report uses (the same as in JSON).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Ok => "ok",
+            Severity::Warning => "warning",
+            Severity::Error => "error",
+        }
+    }
+}
+
 /// One finding of one check.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Finding {
@@ -154,11 +165,7 @@ impl Report {
     pub fn to_text(&self) -> String {
         let mut out = String::new();
         for f in &self.checks {
-            let sev = match f.severity {
-                Severity::Ok => "ok",
-                Severity::Warning => "warning",
-                Severity::Error => "error",
-            };
+            let sev = f.severity.as_str();
             let ignored = if f.ignored { " (ignored)" } else { "" };
             let target = if f.target.is_empty() {
                 String::new()
@@ -167,16 +174,8 @@ impl Report {
             };
             out.push_str(&format!("{sev:<7} {}{target}: {}{ignored}\n", f.name, f.message));
         }
-        out.push_str(&format!("{}: {}\n", status_word(self.status), self.summary));
+        out.push_str(&format!("{}: {}\n", self.status.as_str(), self.summary));
         out
-    }
-}
-
-fn status_word(s: Severity) -> &'static str {
-    match s {
-        Severity::Ok => "ok",
-        Severity::Warning => "warning",
-        Severity::Error => "error",
     }
 }
 

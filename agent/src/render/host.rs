@@ -82,22 +82,18 @@ pub fn notrack_rules(g: &LocalDnsGoal) -> Vec<NotrackRule> {
 pub fn notrack_rules_for(listeners: [Ipv4Addr; 2], notrack_replies: bool) -> Vec<NotrackRule> {
     let mut rules = Vec::new();
     for chain in ["prerouting", "output"] {
-        for listener in listeners {
-            for protocol in ["tcp", "udp"] {
-                rules.push(NotrackRule {
-                    chain,
-                    reply: false,
-                    listener,
-                    protocol,
-                });
-            }
-        }
-        if chain == "output" && notrack_replies {
+        // Requests in both chains; replies leave through `output` only.
+        let directions: &[bool] = if chain == "output" && notrack_replies {
+            &[false, true]
+        } else {
+            &[false]
+        };
+        for &reply in directions {
             for listener in listeners {
                 for protocol in ["tcp", "udp"] {
                     rules.push(NotrackRule {
                         chain,
-                        reply: true,
+                        reply,
                         listener,
                         protocol,
                     });

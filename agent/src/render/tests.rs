@@ -8,7 +8,8 @@ use crate::goal::{HostFacts, OptionalFacts};
 use crate::names::Slot;
 use crate::validate::tests::{base, merge};
 
-fn goal(patch: Value) -> Goal {
+/// The goal of the base config with `patch` merged, for `slot`, on a host resolving through 10.0.0.2.
+fn goal_in(slot: Slot, patch: Value) -> Goal {
     let mut v = base();
     merge(&mut v, &patch);
     let config = crate::validate::parse_value(v).unwrap();
@@ -16,7 +17,11 @@ fn goal(patch: Value) -> Goal {
         host_resolv_conf: "nameserver 10.0.0.2\n".into(),
         optional: OptionalFacts::default(),
     };
-    crate::goal::resolve(&config, &facts, Slot::Kube1).unwrap()
+    crate::goal::resolve(&config, &facts, slot).unwrap()
+}
+
+fn goal(patch: Value) -> Goal {
+    goal_in(Slot::Kube1, patch)
 }
 
 fn template(t: &str) -> Goal {
@@ -137,15 +142,7 @@ fn every_file_with_comments_starts_with_the_header() {
 
 #[test]
 fn machine_paths_are_below_the_slot_rootfs() {
-    let mut v = base();
-    merge(&mut v, &json!({}));
-    let config = crate::validate::parse_value(v).unwrap();
-    let facts = HostFacts {
-        host_resolv_conf: "nameserver 10.0.0.2\n".into(),
-        optional: OptionalFacts::default(),
-    };
-    let g = crate::goal::resolve(&config, &facts, Slot::Kube2).unwrap();
-    let r = render(&g).unwrap();
+    let r = render(&goal_in(Slot::Kube2, json!({}))).unwrap();
     for f in r.in_place(Place::Machine) {
         assert_eq!(
             f.path,
