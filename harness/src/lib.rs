@@ -2,6 +2,7 @@
 //! QEMU VMs over QMP, guest commands and evidence collection.
 
 pub mod cache;
+pub mod controlplane;
 pub mod evidence;
 pub mod guest_tests;
 pub mod images;

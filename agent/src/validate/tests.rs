@@ -191,3 +191,19 @@ fn versions_and_urls_are_normalised() {
         "http://192.168.100.1:8080/coredns"
     );
 }
+
+#[test]
+fn the_example_in_the_configuration_docs_is_valid() {
+    let doc = include_str!("../../../docs/configuration.md");
+    let start = doc
+        .find("```json\n")
+        .map(|i| i + "```json\n".len())
+        .expect("docs/configuration.md has a ```json example");
+    let end = start
+        + doc[start..]
+            .find("```")
+            .expect("the example's ``` fence is closed");
+    if let Err(p) = parse(&doc[start..end]) {
+        panic!("the example in docs/configuration.md is not a valid config:\n{p}");
+    }
+}

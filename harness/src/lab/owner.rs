@@ -236,3 +236,30 @@ pub fn release(name: &str, keep: bool) -> Result<(), LabError> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_is_alive_and_a_finished_one_is_not() {
+        assert!(Owner::me().is_alive());
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id() as i32;
+        let started = start_time(pid);
+        child.wait().unwrap();
+        let gone = Owner {
+            pid,
+            start_time: started.unwrap_or(1),
+        };
+        assert!(!gone.is_alive());
+        let reused = Owner {
+            start_time: Owner::me().start_time + 1,
+            ..Owner::me()
+        };
+        assert!(
+            !reused.is_alive(),
+            "a pid with another start time is another process"
+        );
+    }
+}

@@ -296,27 +296,47 @@ impl Vm {
         self.wait_for_boot(before, &old, "resetting (system_reset)", self.deadlines.reboot)
     }
 
-    /// Powers off (ACPI power button over QMP `system_powerdown`; if the guest ignores it for
-    /// half the deadline, `systemctl poweroff` over the agent) and waits for QEMU to exit.
+    /// Powers off and waits for QEMU to exit: `systemctl poweroff` over the guest agent, or the
+    /// ACPI power button (QMP `system_powerdown`) when the agent does not answer; the button is
+    /// also pressed if the guest is still up after half the deadline. (A button press right
+    /// after boot can be lost while logind is not yet watching the button, so it is not first.)
     pub fn power_off(&mut self) -> Result<std::process::ExitStatus, VmError> {
+        if let Some(err) = self.crashed("powering off") {
+            return Err(err);
+        }
         self.exit_expected = true;
-        self.qmp(&qmp::qmp::system_powerdown {})?;
+        let asked = self
+            .agent
+            .session_within(self.deadlines.evidence, &|| None)
+            .and_then(|mut session| {
+                session
+                    .spawn(&guest::shell("systemctl poweroff"), None, false)
+                    .map_err(|e| VmError::Agent {
+                        vm: self.name().to_string(),
+                        source: Box::new(e),
+                    })
+            });
+        if asked.is_err() {
+            self.qmp(&qmp::qmp::system_powerdown {})?;
+        }
         if let Some(status) = self.process.wait_exit(self.deadlines.power_off / 2) {
             return Ok(status);
         }
-        tracing::warn!(
-            vm = self.name(),
-            "the guest ignored the ACPI power button; running systemctl poweroff"
+        eprintln!(
+            "==> VM {} is still up: pressing the ACPI power button",
+            self.name()
         );
-        let _ = self
-            .agent
-            .spawn_detached(&guest::shell("systemctl poweroff"), &|| None);
+        let _ = qmp::execute(
+            &self.run.qmp(),
+            &qmp::qmp::system_powerdown {},
+            self.deadlines.agent,
+        );
         self.process
             .wait_exit(self.deadlines.power_off / 2)
             .ok_or_else(|| {
                 self.timeout(WaitTimeout {
                     vm: self.name().to_string(),
-                    what: "QEMU to exit after system_powerdown and systemctl poweroff".into(),
+                    what: "QEMU to exit after `systemctl poweroff` and system_powerdown".into(),
                     waited: self.deadlines.power_off,
                     last_failure: "QEMU is still running".into(),
                 })
