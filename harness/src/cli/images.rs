@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use harness::cache::Cache;
-use harness::images::{coredns, host, rootfs};
+use harness::images::{coredns, host, kubernetes, rootfs};
 
 #[derive(clap::Subcommand)]
 pub enum Command {
@@ -23,6 +23,10 @@ pub enum Command {
     List,
     /// Build (or find) the CoreDNS release artifact and print its paths.
     Coredns,
+    /// Build (or find) the Kubernetes binaries and etcd and print their paths.
+    ///
+    /// Not part of `build` yet: a cold build compiles Kubernetes from source.
+    Kubernetes,
 }
 
 /// One buildable thing of `harness images build`.
@@ -55,6 +59,7 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
         Command::Build { only } => build(&cache, if only.is_empty() { &Image::ALL } else { &only }),
         Command::List => list(&cache),
         Command::Coredns => print_coredns(&cache),
+        Command::Kubernetes => print_kubernetes(&cache),
     }
 }
 
@@ -92,10 +97,27 @@ fn print_coredns(cache: &Cache) -> anyhow::Result<ExitCode> {
     println!("version         {}", a.version);
     println!("tarball         {}", a.tarball.display());
     println!("tarball sha256  {}", a.tarball_sha256);
-    println!("release root    {} (serve it; its address is BaseURL)", a.release_root.display());
+    println!(
+        "release root    {} (serve it; its address is BaseURL)",
+        a.release_root.display()
+    );
     println!("offline bundle  {}", a.offline_bundle.display());
     println!("binary          {}", a.binary.display());
     println!("binary sha256   {}", a.binary_sha256);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_kubernetes(cache: &Cache) -> anyhow::Result<ExitCode> {
+    let started = Instant::now();
+    let a = kubernetes::build(cache)?;
+    println!("version         v{} (etcd v{})", a.version, a.etcd_version);
+    println!("binaries        {}", a.bin_dir.display());
+    println!(
+        "release root    {} (serve it; its address is Downloads.Kubernetes.BaseURL)",
+        a.release_root.display()
+    );
+    println!("offline bundle  {}", a.offline_bundle.display());
+    eprintln!("ready after {:.1}s", started.elapsed().as_secs_f64());
     Ok(ExitCode::SUCCESS)
 }
 

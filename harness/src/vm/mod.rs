@@ -30,7 +30,7 @@
 //! let t = vm.deadlines().command;             // every deadline scales with the accelerator
 //! vm.wait_until(t, "unit x to be active", || vm.run("systemctl is-active x"))?;
 //! harness::evidence::collect(&vm, "my_test", "asked for");  // also automatic when a test panics
-//! vm.power_off()?;                            // ACPI power-off, waits for QEMU to exit
+//! vm.power_off()?;                            // systemctl poweroff (or ACPI button), waits for QEMU to exit
 //! vm.shutdown()?;                             // or just drop: kills the group, checks, removes overlay
 //! # Ok(()) }
 //! ```

@@ -1,0 +1,409 @@
+//! The Kubernetes control plane and node binaries and etcd, built here from their
+//! published Go modules at the versions pinned in `images/kubernetes/recipe.env`.
+//!
+//! Layout of a built entry (`<cache>/kubernetes/<key>/`):
+//! * `bin/`: `kube-apiserver`, `kube-controller-manager`, `kube-scheduler`,
+//!   `kubelet`, `kubectl`, `etcd` — what the lab's control plane runs;
+//! * `release/v<ver>/bin/linux/amd64/{kubelet,kubectl}` with `.sha256` holding
+//!   the bare hex digest, so an HTTP server rooted at `release/` answers like
+//!   `https://dl.k8s.io/release` (`Downloads.Kubernetes.BaseURL`);
+//! * `offline/`: an offline bundle (`manifest.json` with `versions.kubernetes`,
+//!   `kubernetes/v<ver>/bin/linux/amd64/{kubelet,kubectl}` and their `.sha256`
+//!   as `sha256sum` writes them);
+//! * `recipe/`: the recipe files it was built from, and `build.json`.
+//!
+//! The release and offline copies are hard links to `bin/`.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use agent::artifact::source::{ArtifactSpec, KUBECTL, KUBELET};
+use anyhow::Context;
+
+use super::coredns::write_sidecar;
+use crate::cache::{Cache, RecipeKey};
+use crate::progress::{Step, run_logged};
+
+/// The cache kind of the Kubernetes binaries.
+pub const KIND: &str = "kubernetes";
+/// The recipe files, compiled in so the key and the build agree.
+const RECIPE_ENV: &str = include_str!("../../../images/kubernetes/recipe.env");
+const BUILD_SH: &str = include_str!("../../../images/kubernetes/build.sh");
+/// Bump when this file changes what a build produces (layout, checks).
+const PACK_REVISION: &str = "kubernetes-pack-1";
+/// The only architecture built here.
+pub const ARCH: &str = "amd64";
+/// The Kubernetes commands built (one `go build`).
+pub const KUBERNETES_BINARIES: [&str; 5] = [
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubelet",
+    "kubectl",
+];
+/// The node binaries the agent downloads, laid out like upstream.
+pub const NODE_BINARIES: [ArtifactSpec; 2] = [KUBELET, KUBECTL];
+
+/// The pinned inputs read from `images/kubernetes/recipe.env`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Recipe {
+    /// Without the `v` (`1.35.4`).
+    pub version: String,
+    /// The staging modules' version, without the `v` (`0.35.4`).
+    pub staging_version: String,
+    /// etcd's version, without the `v` (`3.6.6`).
+    pub etcd_version: String,
+    /// `GOTOOLCHAIN` (`go1.26.8`).
+    pub go_toolchain: String,
+}
+
+impl Recipe {
+    /// Parses `KEY=VALUE` lines (comments and blanks ignored).
+    pub fn parse(text: &str) -> anyhow::Result<Recipe> {
+        let value = |key: &str| -> anyhow::Result<String> {
+            text.lines()
+                .map(str::trim)
+                .filter(|l| !l.starts_with('#'))
+                .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+                .with_context(|| format!("images/kubernetes/recipe.env has no {key}="))
+        };
+        let version = |key: &str| -> anyhow::Result<String> {
+            let v = value(key)?;
+            anyhow::ensure!(
+                !v.starts_with('v')
+                    && v.split('.').count() == 3
+                    && v.split('.').all(|p| p.parse::<u32>().is_ok()),
+                "images/kubernetes/recipe.env: {key}={v} is not like 1.35.4"
+            );
+            Ok(v)
+        };
+        let recipe = Recipe {
+            version: version("KUBERNETES_VERSION")?,
+            staging_version: version("KUBERNETES_STAGING_VERSION")?,
+            etcd_version: version("ETCD_VERSION")?,
+            go_toolchain: value("GO_TOOLCHAIN")?,
+        };
+        value("KUBERNETES_SOURCE_DATE_EPOCH")?
+            .parse::<u64>()
+            .context("images/kubernetes/recipe.env: KUBERNETES_SOURCE_DATE_EPOCH is not a number")?;
+        let expected_staging = format!(
+            "0.{}",
+            recipe.version.split_once('.').map_or("", |(_, rest)| rest)
+        );
+        anyhow::ensure!(
+            recipe.staging_version == expected_staging,
+            "images/kubernetes/recipe.env: KUBERNETES_STAGING_VERSION={} does not match \
+             KUBERNETES_VERSION={} (expected {expected_staging})",
+            recipe.staging_version,
+            recipe.version
+        );
+        Ok(recipe)
+    }
+
+    /// The recipe as checked in.
+    pub fn pinned() -> anyhow::Result<Recipe> {
+        Recipe::parse(RECIPE_ENV)
+    }
+}
+
+/// The cache key: both recipe files and the packing revision.
+pub fn key() -> RecipeKey {
+    RecipeKey::new(KIND)
+        .with("recipe.env", RECIPE_ENV)
+        .with("build.sh", BUILD_SH)
+        .with("pack", PACK_REVISION)
+}
+
+/// The built Kubernetes binaries and etcd.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct KubernetesArtifact {
+    /// Without the `v` (`1.35.4`).
+    pub version: String,
+    /// Without the `v` (`3.6.6`).
+    pub etcd_version: String,
+    /// The cache entry's directory.
+    pub dir: PathBuf,
+    /// `<dir>/bin`: every binary.
+    pub bin_dir: PathBuf,
+    /// `<dir>/release`: serve it over HTTP and use its address as `Downloads.Kubernetes.BaseURL`.
+    pub release_root: PathBuf,
+    /// `<dir>/offline`: an offline bundle for `OfflineArtifacts.Source`.
+    pub offline_bundle: PathBuf,
+}
+
+impl KubernetesArtifact {
+    fn at(dir: &Path, recipe: &Recipe) -> anyhow::Result<KubernetesArtifact> {
+        let artifact = KubernetesArtifact {
+            version: recipe.version.clone(),
+            etcd_version: recipe.etcd_version.clone(),
+            dir: dir.to_path_buf(),
+            bin_dir: dir.join("bin"),
+            release_root: dir.join("release"),
+            offline_bundle: dir.join("offline"),
+        };
+        let mut expected: Vec<PathBuf> = KUBERNETES_BINARIES
+            .iter()
+            .chain(&["etcd"])
+            .map(|name| artifact.binary(name))
+            .collect();
+        for spec in NODE_BINARIES {
+            for path in [artifact.release_binary(&spec), artifact.offline_binary(&spec)] {
+                expected.push(sidecar_of(&path));
+                expected.push(path);
+            }
+        }
+        if let Some(missing) = expected.iter().find(|p| !p.is_file()) {
+            anyhow::bail!(
+                "the cached Kubernetes entry {} is incomplete: {} is missing; delete the entry \
+                 and run `harness images kubernetes`",
+                dir.display(),
+                missing.display()
+            );
+        }
+        Ok(artifact)
+    }
+
+    /// `<dir>/bin/<name>` (`kube-apiserver`, ..., `etcd`).
+    pub fn binary(&self, name: &str) -> PathBuf {
+        self.bin_dir.join(name)
+    }
+
+    /// The node binary in the upstream download layout.
+    pub fn release_binary(&self, spec: &ArtifactSpec) -> PathBuf {
+        self.release_root.join(spec.upstream_path(&self.version, ARCH))
+    }
+
+    /// The node binary inside the offline bundle.
+    pub fn offline_binary(&self, spec: &ArtifactSpec) -> PathBuf {
+        self.offline_bundle.join(spec.bundle_path(&self.version, ARCH))
+    }
+}
+
+/// Builds the binaries unless they are cached; returns them.
+pub fn build(cache: &Cache) -> anyhow::Result<KubernetesArtifact> {
+    let recipe = Recipe::pinned()?;
+    let dir = cache.get_or_build(KIND, &key(), |out, log| build_into(&recipe, out, log))?;
+    KubernetesArtifact::at(&dir, &recipe)
+}
+
+/// The cached binaries; fails at once, naming the command that builds them, when missing.
+pub fn require(cache: &Cache) -> anyhow::Result<KubernetesArtifact> {
+    let recipe = Recipe::pinned()?;
+    let key = key();
+    match cache.lookup(KIND, &key) {
+        Some(dir) => KubernetesArtifact::at(&dir, &recipe),
+        None => anyhow::bail!(
+            "the Kubernetes v{} binaries ({KIND} {}) are not built in {}: run `harness images kubernetes`",
+            recipe.version,
+            key.hex(),
+            cache.root().display()
+        ),
+    }
+}
+
+fn build_into(recipe: &Recipe, out: &Path, log: &Path) -> anyhow::Result<()> {
+    let step = Step::start(format!(
+        "building Kubernetes v{} and etcd v{} (go build, {}; a cold build takes long)",
+        recipe.version, recipe.etcd_version, recipe.go_toolchain
+    ));
+    let recipe_dir = out.join("recipe");
+    fs::create_dir_all(&recipe_dir)?;
+    fs::write(recipe_dir.join("recipe.env"), RECIPE_ENV)?;
+    fs::write(recipe_dir.join("build.sh"), BUILD_SH)?;
+    let bin_dir = out.join("bin");
+    // Lowest priority: the machine is shared and the build takes every core it gets.
+    run_logged(
+        Command::new("nice")
+            .args(["-n", "19", "sh"])
+            .arg(recipe_dir.join("build.sh"))
+            .arg(&bin_dir)
+            .env("GO", go_binary()?),
+        log,
+        &step,
+    )?;
+    step.message("checking versions, laying out the release and the offline bundle");
+    check_versions(recipe, &bin_dir)?;
+    pack(recipe, out)?;
+    step.finish();
+    Ok(())
+}
+
+/// `go` on PATH, else the one `scripts/setup.sh` installs.
+fn go_binary() -> anyhow::Result<PathBuf> {
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .chain([PathBuf::from("/usr/local/go/bin")])
+        .map(|dir| dir.join("go"))
+        .find(|go| go.is_file())
+        .context("no `go` on PATH nor /usr/local/go/bin/go: run scripts/setup.sh (it installs Go)")
+}
+
+/// Each binary reports the pinned version.
+fn check_versions(recipe: &Recipe, bin_dir: &Path) -> anyhow::Result<()> {
+    let want = format!("Kubernetes v{}", recipe.version);
+    for name in KUBERNETES_BINARIES.iter().filter(|n| **n != "kubectl") {
+        let out = agent::exec::run_stdout(Command::new(bin_dir.join(name)).arg("--version"))?;
+        anyhow::ensure!(
+            out.trim() == want,
+            "{name} --version printed {out:?}, expected {want:?}"
+        );
+    }
+    let out = agent::exec::run_stdout(
+        Command::new(bin_dir.join("kubectl")).args(["version", "--client", "-o", "json"]),
+    )?;
+    let json: serde_json::Value =
+        serde_json::from_str(&out).with_context(|| format!("kubectl version -o json printed {out:?}"))?;
+    let git_version = json["clientVersion"]["gitVersion"].as_str();
+    anyhow::ensure!(
+        git_version == Some(&format!("v{}", recipe.version)),
+        "kubectl version --client reports {git_version:?}, expected v{}",
+        recipe.version
+    );
+    let out = agent::exec::run_stdout(Command::new(bin_dir.join("etcd")).arg("--version"))?;
+    let want = format!("etcd Version: {}", recipe.etcd_version);
+    anyhow::ensure!(
+        out.lines().next() == Some(&want),
+        "etcd --version printed {out:?}, expected {want:?} first"
+    );
+    Ok(())
+}
+
+/// Lays out the node binaries in the upstream and the offline bundle layouts.
+fn pack(recipe: &Recipe, out: &Path) -> anyhow::Result<()> {
+    let version = &recipe.version;
+    for spec in NODE_BINARIES {
+        let built = out.join("bin").join(spec.name);
+        let offline = out.join("offline").join(spec.bundle_path(version, ARCH));
+        let release = out.join("release").join(spec.upstream_path(version, ARCH));
+        for path in [&offline, &release] {
+            fs::create_dir_all(path.parent().context("no parent")?)?;
+            fs::hard_link(&built, path)?;
+        }
+        // `<hex>  <name>` in the bundle (as the CoreDNS bundle), the bare hex like dl.k8s.io.
+        let sidecar = write_sidecar(&offline)?;
+        let hex = bare_hex(&fs::read_to_string(&sidecar)?)?;
+        fs::write(sidecar_of(&release), format!("{hex}\n"))?;
+    }
+    fs::write(
+        out.join("offline/manifest.json"),
+        serde_json::to_string_pretty(&serde_json::json!({ "versions": { "kubernetes": version } }))? + "\n",
+    )?;
+    fs::write(
+        out.join("build.json"),
+        serde_json::to_string_pretty(&serde_json::json!({
+            "module": "k8s.io/kubernetes",
+            "version": version,
+            "staging_version": recipe.staging_version,
+            "etcd_module": "go.etcd.io/etcd/server/v3",
+            "etcd_version": recipe.etcd_version,
+            "go_toolchain": recipe.go_toolchain,
+            "key": key().hex(),
+        }))? + "\n",
+    )?;
+    Ok(())
+}
+
+/// The digest of a `.sha256` sidecar in either form.
+fn bare_hex(sidecar: &str) -> anyhow::Result<String> {
+    let hex = sidecar.split_whitespace().next().unwrap_or_default();
+    anyhow::ensure!(
+        hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{sidecar:?} does not start with a SHA-256 hex digest"
+    );
+    Ok(hex.to_string())
+}
+
+fn sidecar_of(path: &Path) -> PathBuf {
+    let mut os = path.as_os_str().to_owned();
+    os.push(".sha256");
+    PathBuf::from(os)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pinned_recipe_is_kubernetes_1_35_with_etcd_3_6() {
+        let recipe = Recipe::pinned().unwrap();
+        assert!(recipe.version.starts_with("1.35."), "{recipe:?}");
+        assert!(recipe.etcd_version.starts_with("3.6."), "{recipe:?}");
+        assert!(recipe.go_toolchain.starts_with("go1."), "{recipe:?}");
+    }
+
+    #[test]
+    fn recipe_with_a_bad_or_missing_field_is_refused_naming_it() {
+        let good = "KUBERNETES_VERSION=1.35.4\nKUBERNETES_STAGING_VERSION=0.35.4\n\
+                    KUBERNETES_SOURCE_DATE_EPOCH=1776276082\nETCD_VERSION=3.6.6\nGO_TOOLCHAIN=go1.26.8\n";
+        Recipe::parse(good).unwrap();
+        let err = Recipe::parse(&good.replace("ETCD_VERSION=3.6.6\n", "")).unwrap_err();
+        assert!(err.to_string().contains("ETCD_VERSION"), "{err}");
+        let err = Recipe::parse(&good.replace("=0.35.4", "=0.35.3")).unwrap_err();
+        assert!(err.to_string().contains("does not match"), "{err}");
+        let err = Recipe::parse(&good.replace("=1.35.4", "=v1.35.4")).unwrap_err();
+        assert!(err.to_string().contains("not like 1.35.4"), "{err}");
+    }
+
+    #[test]
+    fn pack_lays_out_node_binaries_upstream_and_offline() {
+        let out = tempfile::tempdir().unwrap();
+        let recipe = Recipe::pinned().unwrap();
+        let bin = out.path().join("bin");
+        fs::create_dir_all(&bin).unwrap();
+        for name in KUBERNETES_BINARIES.iter().chain(&["etcd"]) {
+            fs::write(bin.join(name), format!("#!/bin/sh\necho {name}\n")).unwrap();
+        }
+        pack(&recipe, out.path()).unwrap();
+        let artifact = KubernetesArtifact::at(out.path(), &recipe).unwrap();
+        let v = &recipe.version;
+        for spec in NODE_BINARIES {
+            let name = spec.name;
+            let release = artifact.release_binary(&spec);
+            assert_eq!(
+                release,
+                out.path().join(format!("release/v{v}/bin/linux/amd64/{name}"))
+            );
+            let offline = artifact.offline_binary(&spec);
+            assert_eq!(
+                offline,
+                out.path()
+                    .join(format!("offline/kubernetes/v{v}/bin/linux/amd64/{name}"))
+            );
+            let bare = fs::read_to_string(sidecar_of(&release)).unwrap();
+            assert_eq!(bare.len(), 65, "{bare:?}");
+            let digest = bare.trim();
+            assert!(bare_hex(digest).is_ok(), "{bare:?}");
+            assert_eq!(
+                fs::read_to_string(sidecar_of(&offline)).unwrap(),
+                format!("{digest}  {name}\n")
+            );
+            assert_eq!(fs::read(&release).unwrap(), fs::read(bin.join(name)).unwrap());
+        }
+        let manifest: serde_json::Value =
+            serde_json::from_str(&fs::read_to_string(out.path().join("offline/manifest.json")).unwrap())
+                .unwrap();
+        assert_eq!(manifest["versions"]["kubernetes"].as_str(), Some(v.as_str()));
+    }
+
+    #[test]
+    fn an_incomplete_entry_is_refused_naming_the_missing_file() {
+        let out = tempfile::tempdir().unwrap();
+        let recipe = Recipe::pinned().unwrap();
+        fs::create_dir_all(out.path().join("bin")).unwrap();
+        let err = KubernetesArtifact::at(out.path(), &recipe).unwrap_err();
+        assert!(err.to_string().contains("bin/kube-apiserver is missing"), "{err}");
+        assert!(err.to_string().contains("harness images kubernetes"), "{err}");
+    }
+
+    #[test]
+    fn require_names_the_command_that_builds_the_binaries() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = Cache::at(tmp.path().to_path_buf()).unwrap();
+        let err = require(&cache).unwrap_err();
+        assert!(err.to_string().contains("harness images kubernetes"), "{err}");
+    }
+}
