@@ -1,6 +1,7 @@
 //! Property tests: rendering any valid config never panics, and the built-in
 //! Corefile always binds every server block and serves `prometheus` on the
-//! metrics address in both `.` blocks (spec §5).
+//! metrics address in both `.` blocks (spec §5); a custom template gives an
+//! error or a Corefile that binds every block and serves the metrics address.
 
 use std::net::Ipv4Addr;
 
@@ -123,6 +124,15 @@ fn goal(i: &Input, template: Option<&str>) -> Option<agent::goal::Goal> {
     agent::goal::resolve(&config, &facts, i.slot).ok()
 }
 
+/// The rendered Corefile's text.
+fn corefile_of(rendered: &agent::render::Rendered, slot: Slot) -> String {
+    let path = slot.rootfs().join("etc/unbounded/localdns/Corefile");
+    let file = rendered
+        .file(&path)
+        .expect("a Corefile is rendered with LocalDNS enabled");
+    String::from_utf8(file.contents.clone()).expect("the Corefile is UTF-8")
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
@@ -133,8 +143,7 @@ proptest! {
         let goal = goal.unwrap();
         let rendered = agent::render::render(&goal).expect("a valid goal always renders");
         let l = goal.local_dns.as_ref().unwrap();
-        let corefile_path = i.slot.rootfs().join("etc/unbounded/localdns/Corefile");
-        let corefile = String::from_utf8(rendered.file(&corefile_path).unwrap().contents.clone()).unwrap();
+        let corefile = corefile_of(&rendered, i.slot);
         let blocks = server_blocks(&corefile).unwrap();
         prop_assert_eq!(blocks.len(), 3);
         for b in &blocks {
@@ -161,8 +170,19 @@ proptest! {
             ]).prop_map(str::to_owned),
         ],
     ) {
-        if let Some(goal) = goal(&i, Some(&t)) {
-            let _ = agent::render::render(&goal);
+        let Some(goal) = goal(&i, Some(&t)) else { return Ok(()) };
+        // An error is fine (a bad template is refused); a Corefile must pass the checks.
+        if let Ok(rendered) = agent::render::render(&goal) {
+            let corefile = corefile_of(&rendered, i.slot);
+            let blocks = server_blocks(&corefile).expect("a rendered Corefile parses");
+            for b in &blocks {
+                prop_assert!(
+                    b.directives.iter().any(|d| d[0] == "bind" && d.len() > 1),
+                    "block {:?} has no bind:\n{}", b.keys, corefile
+                );
+            }
+            let metrics = goal.local_dns.as_ref().unwrap().metrics_address.to_string();
+            prop_assert!(blocks.iter().any(|b| b.has_prometheus_on(&metrics)), "{}", corefile);
         }
     }
 }

@@ -136,9 +136,12 @@ impl GuestTests {
         let filter = format!("({packages_filter}) & {GUEST_FILTER}");
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let started = Instant::now();
+        // From here on, dropping `tests` (also on an error) removes the directory.
+        let tests = GuestTests { repo, dir };
+        let (repo, dir) = (&tests.repo, &tests.dir);
         exec::run(
             Command::new(cargo)
-                .current_dir(&repo)
+                .current_dir(repo)
                 .args([
                     "nextest",
                     "archive",
@@ -156,7 +159,7 @@ impl GuestTests {
             packages.join(", "),
             started.elapsed().as_secs_f64()
         );
-        Ok(GuestTests { repo, dir })
+        Ok(tests)
     }
 
     /// The directory to share with the VM (`VmSpec::share`): the repository root.
