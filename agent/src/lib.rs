@@ -4,11 +4,11 @@
 pub mod artifact;
 pub mod config;
 pub mod exec;
+pub mod goal;
 pub mod hostnet;
 pub mod machina;
-pub mod supervisor;
-pub mod goal;
 pub mod names;
 pub mod preflight;
 pub mod render;
+pub mod supervisor;
 pub mod validate;

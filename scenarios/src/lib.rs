@@ -5,8 +5,9 @@
 //! `node-configs/*.json` with rstest's
 //! `#[files("*.json")] #[base_dir = "../node-configs"]`, so every node config is
 //! its own test case (`<scenario>::node_config_<i>_<name>_json`). `.config/nextest.toml` puts the
-//! whole crate in the `vm` test group (two VMs at once). On a panic the VM's
-//! evidence is saved under `$LAB_ARTIFACTS_DIR/<test>/` (see
+//! whole crate in the `vm` test group (two VMs at once). When a case panics
+//! or returns an error ([`LabNode::run_case`]), the VM's evidence is saved
+//! under `$LAB_ARTIFACTS_DIR/<test>/` (see
 //! `harness::evidence`), the lab's DNS and HTTP logs under `.../<test>/lab/`.
 
 use std::path::{Path, PathBuf};
@@ -56,6 +57,21 @@ impl LabNode {
             .add_vm(node.name(), BootImage::from(&image))
             .with_context(|| format!("booting VM {} in {}", node.name(), lab.name()))?;
         Ok(LabNode { vm, lab, node, test })
+    }
+
+    /// Boots a lab node for `node_config`, runs `case` on it and shuts it down.
+    /// When the case fails with an error (a panic is covered by the VM's own
+    /// guard), the VM's evidence is saved first and the path printed.
+    pub fn run_case(
+        node_config: &Path,
+        case: impl FnOnce(&mut LabNode) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        let mut node = LabNode::boot(node_config)?;
+        if let Err(err) = case(&mut node) {
+            let dir = harness::evidence::collect(&node.vm, &node.test, &format!("{err:#}"));
+            return Err(err.context(format!("evidence in {}", dir.display())));
+        }
+        node.shutdown()
     }
 
     /// Stops the VM, then the lab, and checks that nothing of either is left.

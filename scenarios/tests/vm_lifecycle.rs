@@ -15,13 +15,16 @@ fn vm_boots_answers_commands_reboots_both_ways_and_powers_off(
     #[base_dir = "../node-configs"]
     node_config: PathBuf,
 ) -> anyhow::Result<()> {
-    let mut node = LabNode::boot(&node_config)?;
+    LabNode::run_case(&node_config, lifecycle)
+}
+
+fn lifecycle(node: &mut LabNode) -> anyhow::Result<()> {
     let LabNode {
         vm,
         lab,
         node: config,
         ..
-    } = &mut node;
+    } = node;
     assert_eq!(vm.name(), config.name());
 
     // Commands: stdout back, a non-zero exit is an error unless allowed.
@@ -72,5 +75,5 @@ fn vm_boots_answers_commands_reboots_both_ways_and_powers_off(
     let status = vm.power_off()?;
     assert!(status.success(), "QEMU exited with {status} after power-off");
     assert!(!vm.is_running());
-    node.shutdown()
+    Ok(())
 }

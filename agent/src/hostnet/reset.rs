@@ -196,7 +196,9 @@ pub fn reset(paths: &ResetPaths) -> ResetReport {
         && systemd_is_running()
         && let Err(err) = exec::run(Command::new("systemctl").arg("daemon-reload"))
     {
-        report.failed.push(("systemctl daemon-reload".into(), format!("{err:#}")));
+        report
+            .failed
+            .push(("systemctl daemon-reload".into(), format!("{err:#}")));
     }
     report
 }
