@@ -173,7 +173,7 @@ fn build_into(recipe: &Recipe, out: &Path, log: &Path) -> anyhow::Result<()> {
         Command::new("sh")
             .arg(recipe_dir.join("build.sh"))
             .arg(&gobin)
-            .env("GO", go_binary()?),
+            .env("GO", super::go::go_binary()?),
         log,
         &step,
     )?;
@@ -184,18 +184,6 @@ fn build_into(recipe: &Recipe, out: &Path, log: &Path) -> anyhow::Result<()> {
     fs::remove_dir_all(&gobin)?;
     step.finish();
     Ok(())
-}
-
-/// `go` on PATH, else the one `scripts/setup.sh` installs.
-fn go_binary() -> anyhow::Result<PathBuf> {
-    let on_path = std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .map(|dir| dir.join("go"))
-        .find(|go| go.is_file());
-    on_path
-        .or_else(|| Some(PathBuf::from("/usr/local/go/bin/go")).filter(|go| go.is_file()))
-        .context("no `go` on PATH nor /usr/local/go/bin/go: run scripts/setup.sh (it installs Go)")
 }
 
 fn check_version(binary: &Path, version: &str) -> anyhow::Result<()> {

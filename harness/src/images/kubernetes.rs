@@ -220,7 +220,7 @@ fn build_into(recipe: &Recipe, out: &Path, log: &Path) -> anyhow::Result<()> {
             .args(["-n", "19", "sh"])
             .arg(recipe_dir.join("build.sh"))
             .arg(&bin_dir)
-            .env("GO", go_binary()?),
+            .env("GO", super::go::go_binary()?),
         log,
         &step,
     )?;
@@ -229,17 +229,6 @@ fn build_into(recipe: &Recipe, out: &Path, log: &Path) -> anyhow::Result<()> {
     pack(recipe, out)?;
     step.finish();
     Ok(())
-}
-
-/// `go` on PATH, else the one `scripts/setup.sh` installs.
-fn go_binary() -> anyhow::Result<PathBuf> {
-    std::env::var_os("PATH")
-        .iter()
-        .flat_map(std::env::split_paths)
-        .chain([PathBuf::from("/usr/local/go/bin")])
-        .map(|dir| dir.join("go"))
-        .find(|go| go.is_file())
-        .context("no `go` on PATH nor /usr/local/go/bin/go: run scripts/setup.sh (it installs Go)")
 }
 
 /// Each binary reports the pinned version.

@@ -5,6 +5,7 @@
 //! `kubernetes`: the control plane and node binaries and etcd (built apart: `harness images kubernetes`).
 
 pub mod coredns;
+pub mod go;
 pub mod host;
 pub mod kubernetes;
 pub mod mmdebstrap;
