@@ -7,7 +7,13 @@ use std::fmt;
 pub enum Accel {
     /// Hardware virtualisation (`-accel kvm -cpu host`).
     Kvm,
-    /// Emulation (`-accel tcg,tb-size=256 -cpu max`); every deadline is scaled up.
+    /// Emulation (`-accel tcg,thread=single,tb-size=256 -cpu max`); every deadline is scaled up.
+    ///
+    /// `thread=single` runs the vCPUs round-robin on one host thread. Multi-threaded TCG lets
+    /// one vCPU run a stale translation of kernel text that another vCPU is patching with
+    /// `int3` (static keys), and Debian's kernel then dies at boot with
+    /// `Oops: int3 ... RIP: sched_clock_cpu` (seen in CI, one boot in a few dozen). With
+    /// two cores per host and up to two VMs at once, one thread per VM costs nothing.
     Tcg,
 }
 
@@ -64,7 +70,7 @@ impl Accel {
     pub fn qemu_args(self) -> [&'static str; 4] {
         match self {
             Accel::Kvm => ["-accel", "kvm", "-cpu", "host"],
-            Accel::Tcg => ["-accel", "tcg,tb-size=256", "-cpu", "max"],
+            Accel::Tcg => ["-accel", "tcg,thread=single,tb-size=256", "-cpu", "max"],
         }
     }
 }
@@ -103,10 +109,10 @@ mod tests {
     }
 
     #[test]
-    fn tcg_uses_a_bounded_translation_cache_and_cpu_max() {
+    fn tcg_uses_one_thread_a_bounded_translation_cache_and_cpu_max() {
         assert_eq!(
             Accel::Tcg.qemu_args(),
-            ["-accel", "tcg,tb-size=256", "-cpu", "max"]
+            ["-accel", "tcg,thread=single,tb-size=256", "-cpu", "max"]
         );
         assert_eq!(Accel::Kvm.qemu_args(), ["-accel", "kvm", "-cpu", "host"]);
     }
