@@ -9,6 +9,7 @@ APT_PACKAGES=(
   qemu-system-x86 qemu-utils mmdebstrap debian-archive-keyring
   nftables conntrack iproute2 dnsutils curl zstd e2fsprogs fakeroot
   shellcheck
+  gcc libc6-dev busybox-static
 )
 
 missing=()

@@ -36,9 +36,16 @@ enum Command {
     /// LocalDNS on this host: the network (link and NOTRACK rules) and the supervisor.
     #[command(name = "localdns", subcommand)]
     LocalDns(cli::localdns::Command),
+    /// Make this host a node: the nspawn machine with containerd, kubelet and LocalDNS.
+    Start(cli::start::Args),
 }
 
 fn main() -> ExitCode {
+    // Installed in the machine as the LocalDNS supervisor, the agent is that program.
+    let argv0 = std::env::args().next().unwrap_or_default();
+    if agent::machine::supervisor_entry::invoked_as_supervisor(&argv0) {
+        return agent::machine::supervisor_entry::main();
+    }
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)
@@ -50,6 +57,7 @@ fn main() -> ExitCode {
         Command::Crds(args) => cli::crds::run(args),
         Command::CoreDns(cmd) => cli::coredns::run(cmd),
         Command::LocalDns(cmd) => cli::localdns::run(cmd),
+        Command::Start(args) => cli::start::run(args),
     };
     match result {
         Ok(code) => code,

@@ -100,7 +100,12 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let seconds: u64 = args.get(1).map(|s| s.parse().expect("SECONDS")).unwrap_or(10);
     let threads: usize = args.get(2).map(|s| s.parse().expect("THREADS")).unwrap_or(4);
-    let lab = Lab::new(true);
+    // This host's kernel may lack dummy links: the listeners go on `lo` (the tests use the link).
+    let cache = harness::cache::Cache::open().expect("lab cache");
+    let coredns = harness::images::coredns::require(&cache)
+        .unwrap_or_else(|e| panic!("{e:#}"))
+        .binary;
+    let lab = Lab::build(true, Listeners::Loopback, coredns);
     // Conntrack active, as on any node with a stateful firewall.
     lab.node.run(&["nft", "add table inet bench_stateful"]);
     lab.node.run(&[

@@ -17,8 +17,13 @@
 //! 3. In the guest: `cargo-nextest nextest run --archive-file ... --workspace-remap
 //!    /mnt/lab -E '<GUEST_FILTER>'` with a profile writing JUnit; glibc is fine
 //!    (host bookworm, guest trixie).
-//! 4. The inner JUnit and output are saved under `$LAB_ARTIFACTS_DIR/<test>/guest-tests/`;
-//!    any inner failure, or no test at all, fails the run.
+//! 4. The inner JUnit (with every test's output, passed ones too: their figures are evidence) and
+//!    the run's output are saved under `$LAB_ARTIFACTS_DIR/<test>/guest-tests/`; any inner
+//!    failure, or no test at all, fails the run.
+//!
+//! Files the guest tests need that are not in the archive (e.g. the real CoreDNS from the lab
+//! cache) are added with [`GuestTests::add_file`]: staged beside the archive, copied to the
+//! guest's local disk before the run, and named to the tests by an environment variable.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -41,6 +46,8 @@ const GUEST_WORK: &str = "/var/tmp/guest-tests";
 pub enum GuestTestsError {
     #[error("{what} is missing: {fix}")]
     Missing { what: String, fix: String },
+    #[error("bad extra file for the guest tests: {0}")]
+    BadFile(String),
     #[error("building the guest test archive: {0}")]
     Archive(#[source] CommandFailed),
     #[error("{what} {path}: {source}")]
@@ -92,6 +99,28 @@ pub struct GuestReport {
 pub struct GuestTests {
     repo: PathBuf,
     dir: PathBuf,
+    /// Extra files: (file name under `files/`, environment variable naming its guest path).
+    files: Vec<(String, String)>,
+}
+
+/// A file name for [`GuestTests::add_file`]: one plain path component.
+fn valid_file_name(name: &str) -> bool {
+    !name.is_empty()
+        && name != "."
+        && name != ".."
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+}
+
+/// An environment variable name for [`GuestTests::add_file`].
+fn valid_env_name(name: &str) -> bool {
+    name.bytes()
+        .next()
+        .is_some_and(|b| b.is_ascii_uppercase() || b == b'_')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
 }
 
 /// `cargo-nextest` on PATH (or in `~/.cargo/bin`).
@@ -137,7 +166,11 @@ impl GuestTests {
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let started = Instant::now();
         // From here on, dropping `tests` (also on an error) removes the directory.
-        let tests = GuestTests { repo, dir };
+        let tests = GuestTests {
+            repo,
+            dir,
+            files: Vec::new(),
+        };
         let (repo, dir) = (&tests.repo, &tests.dir);
         exec::run(
             Command::new(cargo)
@@ -162,6 +195,41 @@ impl GuestTests {
         Ok(tests)
     }
 
+    /// Makes the host file `host` available to the guest tests at the returned guest path (on the
+    /// guest's local disk), which the inner run finds in the environment variable `env`.
+    /// `name` is a plain file name; `host` is hard-linked (or copied) beside the archive.
+    pub fn add_file(&mut self, host: &Path, name: &str, env: &str) -> Result<String, GuestTestsError> {
+        if !valid_file_name(name) {
+            return Err(GuestTestsError::BadFile(format!(
+                "file name {name:?} must be one path component of letters, digits, `.`, `_` or `-`"
+            )));
+        }
+        if !valid_env_name(env) {
+            return Err(GuestTestsError::BadFile(format!(
+                "environment variable {env:?} must be upper case letters, digits and `_`"
+            )));
+        }
+        if self.files.iter().any(|(n, e)| n == name || e == env) {
+            return Err(GuestTestsError::BadFile(format!(
+                "{name} or {env} was already added"
+            )));
+        }
+        if !host.is_file() {
+            return Err(GuestTestsError::Missing {
+                what: host.display().to_string(),
+                fix: format!("it is the guest tests' {env}; build it first"),
+            });
+        }
+        let staged_dir = self.dir.join("files");
+        fs::create_dir_all(&staged_dir).map_err(io("creating", &staged_dir))?;
+        let staged = staged_dir.join(name);
+        if fs::hard_link(host, &staged).is_err() {
+            fs::copy(host, &staged).map_err(io("copying", host))?;
+        }
+        self.files.push((name.to_owned(), env.to_owned()));
+        Ok(format!("{GUEST_WORK}/files/{name}"))
+    }
+
     /// The directory to share with the VM (`VmSpec::share`): the repository root.
     pub fn share(&self) -> &Path {
         &self.repo
@@ -177,11 +245,22 @@ impl GuestTests {
 
     /// The shell script run in the guest.
     pub fn guest_script(&self, filter: &str) -> String {
+        // Names were checked by `add_file`: nothing here needs quoting.
+        let files: String = self
+            .files
+            .iter()
+            .map(|(name, env)| {
+                format!(
+                    "cp {staged} {GUEST_WORK}/files/{name}\nexport {env}={GUEST_WORK}/files/{name}\n",
+                    staged = self.guest_path(&format!("files/{name}"))
+                )
+            })
+            .collect();
         format!(
             r#"set -eu
 mountpoint -q {GUEST_MOUNT} || {{ echo "{GUEST_MOUNT} is not mounted: the VM needs the repository shared (VmSpec::share)" >&2; exit 90; }}
-rm -rf {GUEST_WORK} && mkdir -p {GUEST_WORK}/extract
-cat > {GUEST_WORK}/nextest.toml <<'EOF'
+rm -rf {GUEST_WORK} && mkdir -p {GUEST_WORK}/extract {GUEST_WORK}/files
+{files}cat > {GUEST_WORK}/nextest.toml <<'EOF'
 [store]
 dir = "{GUEST_WORK}/store"
 [profile.guest]
@@ -190,6 +269,7 @@ failure-output = "immediate-final"
 slow-timeout = {{ period = "60s", terminate-after = 5 }}
 [profile.guest.junit]
 path = "junit.xml"
+store-success-output = true
 EOF
 exec {nextest} nextest run --archive-file {archive} --workspace-remap {GUEST_MOUNT} \
   --extract-to {GUEST_WORK}/extract --config-file {GUEST_WORK}/nextest.toml --profile guest \
@@ -293,6 +373,7 @@ mod tests {
         let tests = GuestTests {
             repo: PathBuf::from("/work/repo"),
             dir: PathBuf::from("/work/repo/target/guest-tests/42"),
+            files: vec![("coredns".into(), "LOCALDNS_TEST_COREDNS".into())],
         };
         let script = tests.guest_script(GUEST_FILTER);
         assert!(
@@ -305,6 +386,50 @@ mod tests {
         );
         assert!(script.contains("--workspace-remap /mnt/lab"), "{script}");
         assert!(script.contains(&format!("-E '{GUEST_FILTER}'")), "{script}");
+        assert!(
+            script.contains(
+                "cp /mnt/lab/target/guest-tests/42/files/coredns /var/tmp/guest-tests/files/coredns\n\
+                 export LOCALDNS_TEST_COREDNS=/var/tmp/guest-tests/files/coredns\n"
+            ),
+            "{script}"
+        );
         std::mem::forget(tests); // its Drop would remove a directory that does not exist
+    }
+
+    #[test]
+    fn add_file_refuses_paths_and_bad_variable_names_and_stages_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = dir.path().join("coredns");
+        fs::write(&host, "binary").unwrap();
+        let mut tests = GuestTests {
+            repo: dir.path().to_path_buf(),
+            dir: dir.path().join("archive"),
+            files: Vec::new(),
+        };
+        for (name, env) in [
+            ("../x", "OK"),
+            ("a/b", "OK"),
+            ("", "OK"),
+            ("ok", "lower"),
+            ("ok", "1X"),
+        ] {
+            let err = tests.add_file(&host, name, env).unwrap_err();
+            assert!(matches!(err, GuestTestsError::BadFile(_)), "{name} {env}: {err}");
+        }
+        assert!(!tests.dir.exists(), "a refused file staged something");
+        let missing = tests
+            .add_file(&dir.path().join("absent"), "absent", "ABSENT")
+            .unwrap_err();
+        assert!(missing.to_string().contains("absent is missing"), "{missing}");
+        let guest = tests.add_file(&host, "coredns", "LOCALDNS_TEST_COREDNS").unwrap();
+        assert_eq!(guest, "/var/tmp/guest-tests/files/coredns");
+        assert_eq!(
+            fs::read_to_string(tests.dir.join("files/coredns")).unwrap(),
+            "binary"
+        );
+        assert!(matches!(
+            tests.add_file(&host, "coredns", "OTHER").unwrap_err(),
+            GuestTestsError::BadFile(_)
+        ));
     }
 }

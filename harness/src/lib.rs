@@ -1,8 +1,10 @@
 //! The lab: image and artifact builds, the lab network, the control plane,
 //! QEMU VMs over QMP, guest commands and evidence collection.
 
+pub mod artifacts;
 pub mod cache;
 pub mod controlplane;
+pub mod deploy;
 pub mod evidence;
 pub mod guest_tests;
 pub mod images;

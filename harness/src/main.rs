@@ -30,6 +30,9 @@ enum Command {
     /// Reach a VM of the running lab: run commands, copy files, open a shell.
     #[command(subcommand)]
     Vm(cli::vm::Command),
+    /// Measure the lab on this machine (VM start cold and resumed, reboot, commands, memory).
+    #[command(subcommand)]
+    Bench(cli::bench::Command),
 }
 
 fn main() -> ExitCode {
@@ -41,6 +44,7 @@ fn main() -> ExitCode {
         Command::Images(cmd) => cli::images::run(cmd),
         Command::Lab(cmd) => cli::lab::run(cmd),
         Command::Vm(cmd) => cli::vm::run(cmd),
+        Command::Bench(cmd) => cli::bench::run(cmd),
     };
     match result {
         Ok(code) => code,

@@ -42,6 +42,10 @@ pub struct NodeConfig {
     pub agent_config: Option<Value>,
 }
 
+/// The KubeletConfiguration key that carries the node's pod CIDR to the agent (which writes it
+/// into the bridge CNI config's host-local range).
+pub const POD_CIDR_KEY: &str = "podCIDR";
+
 /// What only exists once a lab runs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LabValues {
@@ -51,6 +55,9 @@ pub struct LabValues {
     pub ca_cert_pem: String,
     pub bootstrap_token: String,
     pub node_ip: Ipv4Addr,
+    /// The node's pod CIDR (`10.244.<k>.0/24` for lab VM `k`, see `deploy::plan::pod_cidr`),
+    /// given to the agent as the kubelet configuration's `podCIDR` unless the node config sets it.
+    pub pod_cidr: String,
     /// The cluster DNS service IP (`10.96.0.10`).
     pub cluster_dns: Ipv4Addr,
     /// The Kubernetes version (`v1.35.0`).
@@ -115,6 +122,10 @@ impl NodeConfig {
     /// The agent config for this node in the lab, validated by the agent's validator.
     pub fn agent_config(&self, lab: &LabValues) -> Result<RawConfig, NodeConfigError> {
         let name = self.name().to_owned();
+        let mut kubelet_configuration = self.kubelet_configuration.clone();
+        kubelet_configuration
+            .entry(POD_CIDR_KEY)
+            .or_insert_with(|| Value::String(lab.pod_cidr.clone()));
         let generated = RawConfig {
             machine_name: Some(name.clone()),
             node_name: Some(name.clone()),
@@ -131,7 +142,7 @@ impl NodeConfig {
                 labels: self.node_labels.clone(),
                 register_with_taints: self.register_with_taints.clone(),
                 node_ip: Some(lab.node_ip.to_string()),
-                configuration: self.kubelet_configuration.clone(),
+                configuration: kubelet_configuration,
             }),
             downloads: Some(lab.downloads.clone()),
             machine_image: lab.machine_image.clone(),
@@ -171,11 +182,15 @@ impl NodeConfig {
 pub use agent::config::merge_patch;
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn node_configs() -> PathBuf {
+    pub(crate) fn node_configs() -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../node-configs")
+    }
+
+    pub(crate) fn lab_values() -> LabValues {
+        lab()
     }
 
     /// Example values of lab 1 (see docs/lab.md).
@@ -185,6 +200,7 @@ mod tests {
             ca_cert_pem: "-----BEGIN CERTIFICATE-----\nMIIBexample\n-----END CERTIFICATE-----\n".into(),
             bootstrap_token: "abcdef.0123456789abcdef".into(),
             node_ip: Ipv4Addr::new(192, 168, 101, 10),
+            pod_cidr: "10.244.0.0/24".into(),
             cluster_dns: Ipv4Addr::new(10, 96, 0, 10),
             kubernetes_version: "v1.35.0".into(),
             downloads: DownloadsConfig {
@@ -217,6 +233,7 @@ mod tests {
             [std::net::IpAddr::from([192, 168, 101, 10])]
         );
         assert_eq!(config.kubelet.configuration["maxPods"], 30);
+        assert_eq!(config.kubelet.configuration[POD_CIDR_KEY], "10.244.0.0/24");
         assert_eq!(config.cluster.cluster_dns.to_string(), "10.96.0.10");
     }
 
@@ -273,6 +290,20 @@ mod tests {
         std::fs::write(&path, r#"{"localDns": true}"#).unwrap();
         let text = NodeConfig::load(&path).unwrap_err().to_string();
         assert!(text.contains("unknown field `localDns`"), "{text}");
+    }
+
+    #[test]
+    fn pod_cidr_of_the_lab_goes_to_the_kubelet_configuration_unless_the_node_config_sets_one() {
+        let mut node = NodeConfig {
+            name: Some("n1".into()),
+            ..Default::default()
+        };
+        let raw = node.agent_config(&lab()).unwrap();
+        assert_eq!(raw.kubelet.unwrap().configuration[POD_CIDR_KEY], "10.244.0.0/24");
+        node.kubelet_configuration
+            .insert(POD_CIDR_KEY.into(), "10.244.9.0/24".into());
+        let raw = node.agent_config(&lab()).unwrap();
+        assert_eq!(raw.kubelet.unwrap().configuration[POD_CIDR_KEY], "10.244.9.0/24");
     }
 
     #[test]

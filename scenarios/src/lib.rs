@@ -10,6 +10,9 @@
 //! under `$LAB_ARTIFACTS_DIR/<test>/` (see
 //! `harness::evidence`), the lab's DNS and HTTP logs under `.../<test>/lab/`.
 
+pub mod cluster;
+pub mod node;
+
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;

@@ -16,8 +16,11 @@ mod error;
 pub mod fetch;
 pub mod install;
 pub mod offline;
+pub mod pinned;
 pub mod plugins;
+pub mod rootfs;
 pub mod source;
+pub mod tree;
 
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
@@ -101,18 +104,8 @@ pub fn fetch_verify_install(
     validate: Validate<'_>,
 ) -> Result<Installed, ArtifactError> {
     let location = &resolved.location;
-    let expected = expected_sha256(resolved, fetcher)?;
     let staging = Staging::new(dest)?;
-    let mut download = staging.temp_file("download")?;
-    fetcher.fetch_into(location, download.as_file_mut(), fetcher.options().max_bytes)?;
-    let actual = checksum::sha256_file(download.path()).map_err(io_err("hash", download.path()))?;
-    if actual != expected {
-        return Err(ArtifactError::ChecksumMismatch {
-            source_name: location.to_string(),
-            expected,
-            actual,
-        });
-    }
+    let (download, actual) = fetch_verified(resolved, &staging, fetcher)?;
     let binary = if location.is_archive() {
         let mut member = staging.temp_file("new")?;
         archive::extract_single_member(
@@ -143,6 +136,28 @@ pub fn fetch_verify_install(
         source_sha256: actual,
         bundle: resolved.bundle.clone(),
     })
+}
+
+/// Fetches `resolved` into a temporary file of `staging` and checks its SHA-256 against the
+/// pinned or sidecar digest; returns the file and its digest. Every artifact's bytes pass here.
+pub fn fetch_verified(
+    resolved: &Resolved,
+    staging: &Staging,
+    fetcher: &Fetcher,
+) -> Result<(tempfile::NamedTempFile, String), ArtifactError> {
+    let location = &resolved.location;
+    let expected = expected_sha256(resolved, fetcher)?;
+    let mut download = staging.temp_file("download")?;
+    fetcher.fetch_into(location, download.as_file_mut(), fetcher.options().max_bytes)?;
+    let actual = checksum::sha256_file(download.path()).map_err(io_err("hash", download.path()))?;
+    if actual != expected {
+        return Err(ArtifactError::ChecksumMismatch {
+            source_name: location.to_string(),
+            expected,
+            actual,
+        });
+    }
+    Ok((download, actual))
 }
 
 /// Checks that `resolved` can be had without fetching the payload: its

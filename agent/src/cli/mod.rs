@@ -5,4 +5,5 @@ pub mod crds;
 pub mod localdns;
 pub mod preflight;
 pub mod render;
+pub mod start;
 pub mod validate;

@@ -5,10 +5,15 @@
 //! `/var/lib/machines/<slot>/`. [`write::write_under`] writes them below a root
 //! directory (`/` on a real host).
 
+pub mod cni;
+pub mod containerd;
 pub mod corefile;
 pub mod host;
+pub mod host_prep;
 pub mod kubelet;
+pub mod kubelet_node;
 pub mod machine;
+pub mod nspawn;
 pub mod paths;
 pub mod units;
 pub mod write;

@@ -259,6 +259,13 @@ fn kubelet(raw: &RawConfig, p: &mut Problems) -> Option<Kubelet> {
             }
         }
     }
+    if let Some(cidr) = k.configuration.get("podCIDR") {
+        let checked = cidr
+            .as_str()
+            .ok_or_else(|| format!("{cidr} is not a string"))
+            .and_then(crate::start::plan::check_ipv4_cidr);
+        check(checked, "Kubelet.Configuration.podCIDR", p);
+    }
     for (key, want) in [
         ("apiVersion", "kubelet.config.k8s.io/v1beta1"),
         ("kind", "KubeletConfiguration"),

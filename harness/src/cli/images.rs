@@ -5,14 +5,15 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use harness::cache::Cache;
-use harness::images::{coredns, host, kubernetes, rootfs};
+use harness::images::{coredns, host, kubernetes, oci, rootfs};
 
 #[derive(clap::Subcommand)]
 pub enum Command {
     /// Build every image and artifact the lab needs (each once; cached ones are kept).
     ///
     /// The VM host image (qcow2, kernel, initrd), the nspawn machine rootfs
-    /// tarball and the CoreDNS release artifact, in the cache at
+    /// tarball, the CoreDNS release artifact, the Kubernetes binaries with etcd
+    /// (a cold build compiles Kubernetes from source, ~25 min here), in the cache at
     /// $LAB_CACHE_DIR (default ~/.cache/unbounded-lab).
     Build {
         /// Build only these (default: all).
@@ -24,8 +25,6 @@ pub enum Command {
     /// Build (or find) the CoreDNS release artifact and print its paths.
     Coredns,
     /// Build (or find) the Kubernetes binaries and etcd and print their paths.
-    ///
-    /// Not part of `build` yet: a cold build compiles Kubernetes from source.
     Kubernetes,
 }
 
@@ -38,10 +37,20 @@ pub enum Image {
     Rootfs,
     /// The CoreDNS release artifact.
     Coredns,
+    /// The pause and test container images (OCI archives).
+    Oci,
+    /// The Kubernetes control plane and node binaries and etcd.
+    Kubernetes,
 }
 
 impl Image {
-    const ALL: [Image; 3] = [Image::Host, Image::Rootfs, Image::Coredns];
+    const ALL: [Image; 5] = [
+        Image::Host,
+        Image::Rootfs,
+        Image::Coredns,
+        Image::Oci,
+        Image::Kubernetes,
+    ];
 
     /// Builds (or finds) the image; returns where it is.
     fn build(self, cache: &Cache) -> anyhow::Result<PathBuf> {
@@ -49,6 +58,8 @@ impl Image {
             Image::Host => host::build(cache)?.dir,
             Image::Rootfs => rootfs::build(cache)?.dir,
             Image::Coredns => coredns::build(cache)?.dir,
+            Image::Oci => oci::build(cache)?.dir,
+            Image::Kubernetes => kubernetes::build(cache)?.dir,
         })
     }
 }

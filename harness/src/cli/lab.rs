@@ -1,4 +1,5 @@
-//! `harness lab ...`: keep a lab with one VM running for work by hand, stop it, list labs.
+//! `harness lab ...`: keep a lab with its control plane and one VM running for work by hand,
+//! print its kubeconfig, stop it, list labs.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -12,20 +13,29 @@ use nix::unistd::Pid;
 
 #[derive(clap::Subcommand)]
 pub enum Command {
-    /// Start lab 0 (namespace `lab-0`, 192.168.100.0/24) with one VM named after the node
-    /// config, and keep it until Ctrl-C or `harness lab down`.
+    /// Start lab 0 (namespace `lab-0`, 192.168.100.0/24) with the Kubernetes control plane
+    /// and one VM named after the node config, and keep it until Ctrl-C or `harness lab down`.
     ///
-    /// The VM boots from the cached host image (`harness images build` first). The lab's
-    /// upstream DNS server is 192.168.100.1:53 and its artifact server
-    /// http://192.168.100.1:8080; see docs/lab.md.
+    /// The VM boots from the cached host image, the control plane runs the cached Kubernetes
+    /// binaries (`harness images build` first). The lab's upstream DNS server is
+    /// 192.168.100.1:53, its artifact server http://192.168.100.1:8080, the API server
+    /// https://192.168.100.1:6443 (on the host https://127.0.0.1:16443); the admin
+    /// kubeconfig's path is printed on stdout (`harness lab kubeconfig`); see docs/lab.md.
     Up {
         /// The node config (`node-configs/<name>.json`); the VM is named after its `name`
         /// (default: the file stem).
         #[arg(default_value = "node-configs/localdns.json")]
         node_config: PathBuf,
-        /// Only the network and its services, no VM.
+        /// Only the network and its services: no VM, and no control plane unless
+        /// `--control-plane` is given too.
         #[arg(long)]
         no_vm: bool,
+        /// Start the control plane even with `--no-vm`.
+        #[arg(long, conflicts_with = "no_control_plane")]
+        control_plane: bool,
+        /// No Kubernetes control plane.
+        #[arg(long)]
+        no_control_plane: bool,
         /// The lab number (default 0, the one reserved for `lab up`).
         #[arg(long, default_value_t = 0, hide = true)]
         lab: u8,
@@ -42,6 +52,13 @@ pub enum Command {
     },
     /// List the labs on this machine: owner, VMs, whether they are stale.
     List,
+    /// Print the path of the running lab's admin kubeconfig, usable on the host as it is:
+    /// `kubectl --kubeconfig "$(harness lab kubeconfig)" get nodes`.
+    Kubeconfig {
+        /// The lab number (default 0).
+        #[arg(long, default_value_t = 0, hide = true)]
+        lab: u8,
+    },
 }
 
 pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
@@ -49,10 +66,18 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
         Command::Up {
             node_config,
             no_vm,
+            control_plane,
+            no_control_plane,
             lab,
-        } => up(&node_config, no_vm, lab),
+        } => up(
+            &node_config,
+            no_vm,
+            control_plane || !(no_vm || no_control_plane),
+            lab,
+        ),
         Command::Down { lab, timeout } => down(lab, Duration::from_secs(timeout)),
         Command::List => list(),
+        Command::Kubeconfig { lab } => kubeconfig(lab),
     }
 }
 
@@ -61,7 +86,7 @@ fn node_name(path: &Path) -> anyhow::Result<String> {
     Ok(harness::node_config::NodeConfig::load(path)?.name().to_string())
 }
 
-fn up(node_config: &Path, no_vm: bool, number: u8) -> anyhow::Result<ExitCode> {
+fn up(node_config: &Path, no_vm: bool, control_plane: bool, number: u8) -> anyhow::Result<ExitCode> {
     let image = if no_vm {
         None
     } else {
@@ -71,8 +96,12 @@ fn up(node_config: &Path, no_vm: bool, number: u8) -> anyhow::Result<ExitCode> {
         Some((name, BootImage::from(&image)))
     };
     let started = Instant::now();
+    if control_plane {
+        eprintln!("==> starting the lab and its control plane (etcd, kube-apiserver, ...) ...");
+    }
     let lab = Lab::start(LabSpec {
         number: Some(number),
+        control_plane,
         ..LabSpec::interactive()
     })?;
     let addrs = *lab.addrs();
@@ -98,8 +127,14 @@ fn up(node_config: &Path, no_vm: bool, number: u8) -> anyhow::Result<ExitCode> {
             Some(Vm::boot(spec)?)
         }
     };
+    // Node deployment goes here (helper F): with the VM up and `lab.cluster()` set, deploy
+    // the node config onto it (`harness::deploy::deploy_node(&lab, &vm, &config, &artifacts)`).
     let stop = signals::subscribe();
     print_how_to(&lab, vm.as_ref());
+    if let Some(cluster) = lab.cluster() {
+        // The one line on stdout: the admin kubeconfig, for scripts.
+        println!("{}", cluster.admin_kubeconfig.display());
+    }
     let signal = stop.wait();
     eprintln!("==> signal {signal}: tearing down {}", lab.name());
     if let Some(vm) = vm {
@@ -124,6 +159,20 @@ fn print_how_to(lab: &Lab, vm: Option<&Vm>) {
              \x20 copy:      harness vm cp ./file {name}:/root/file   |   harness vm cp {name}:/etc/os-release .\n\
              \x20 console:   {}\n",
             vm.run_dir().console().display()
+        );
+    }
+    if let Some(cluster) = lab.cluster() {
+        text += &format!(
+            "  cluster:   Kubernetes {} at {} (VMs), {} (host); logs in {}\n\
+             \x20 kubectl:   export KUBECONFIG={}   (or `harness lab kubeconfig`)\n\
+             \x20 cluster DNS: ip netns exec {} dig @{} kubernetes.default.svc.cluster.local\n",
+            cluster.kubernetes_version,
+            cluster.api_server,
+            cluster.host_api_server,
+            cluster.log_dir.display(),
+            cluster.admin_kubeconfig.display(),
+            lab.name(),
+            cluster.cluster_dns,
         );
     }
     text += &format!(
@@ -210,5 +259,22 @@ fn list() -> anyhow::Result<ExitCode> {
             }
         );
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn kubeconfig(number: u8) -> anyhow::Result<ExitCode> {
+    let name = format!("lab-{number}");
+    if !owner::read_owner(&name).is_some_and(|o| o.is_alive()) {
+        bail!("{name} is not running: start it with `harness lab up`");
+    }
+    let path = harness::lab::cluster::admin_kubeconfig(&owner::run_dir(&name));
+    if !path.is_file() {
+        bail!(
+            "{name} runs without a control plane (or it is still starting): {} does not exist; \
+             start the lab with `harness lab up` (without `--no-vm`/`--no-control-plane`)",
+            path.display()
+        );
+    }
+    println!("{}", path.display());
     Ok(ExitCode::SUCCESS)
 }

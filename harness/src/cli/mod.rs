@@ -1,5 +1,6 @@
 //! One module per command group of `harness`.
 
+pub mod bench;
 pub mod images;
 pub mod lab;
 pub mod vm;

@@ -243,12 +243,23 @@ impl Pki {
     /// Writes a copy of `admin.conf` naming another server URL (e.g.
     /// `https://127.0.0.1:<port>` forwarded from the host), mode 0600.
     pub fn write_admin_kubeconfig_for(&self, server_url: &str, path: &Path) -> Result<(), PkiError> {
-        let admin = self.admin_kubeconfig();
-        let text = fs::read_to_string(&admin).map_err(io_err(&admin))?;
-        let yaml_err = |source| PkiError::Yaml {
-            what: "admin.conf",
-            source,
-        };
+        self.write_kubeconfig_for("admin.conf", server_url, path)
+    }
+
+    /// Writes a copy of kubeconfig `name` (`admin.conf`, `bootstrap-kubelet.conf`, ...)
+    /// naming another server URL, mode 0600 (replacing an earlier copy).
+    pub fn write_kubeconfig_for(
+        &self,
+        name: &'static str,
+        server_url: &str,
+        path: &Path,
+    ) -> Result<(), PkiError> {
+        let source = self.file(name);
+        let text = fs::read_to_string(&source).map_err(io_err(&source))?;
+        let yaml_err = |source| PkiError::Yaml { what: name, source };
+        if path.exists() {
+            fs::remove_file(path).map_err(io_err(path))?;
+        }
         let mut config: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).map_err(yaml_err)?;
         config["clusters"][0]["cluster"]["server"] = server_url.into();
         write_file(path, &serde_yaml_ng::to_string(&config).map_err(yaml_err)?, true)

@@ -158,7 +158,7 @@ impl KubernetesArtifact {
         if let Some(missing) = expected.iter().find(|p| !p.is_file()) {
             anyhow::bail!(
                 "the cached Kubernetes entry {} is incomplete: {} is missing; delete the entry \
-                 and run `harness images kubernetes`",
+                 and run `harness images build` (or `harness images kubernetes`)",
                 dir.display(),
                 missing.display()
             );
@@ -196,7 +196,8 @@ pub fn require(cache: &Cache) -> anyhow::Result<KubernetesArtifact> {
     match cache.lookup(KIND, &key) {
         Some(dir) => KubernetesArtifact::at(&dir, &recipe),
         None => anyhow::bail!(
-            "the Kubernetes v{} binaries ({KIND} {}) are not built in {}: run `harness images kubernetes`",
+            "the Kubernetes v{} binaries ({KIND} {}) are not built in {}: run `harness images build` \
+             (or `harness images kubernetes`)",
             recipe.version,
             key.hex(),
             cache.root().display()
@@ -393,6 +394,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let cache = Cache::at(tmp.path().to_path_buf()).unwrap();
         let err = require(&cache).unwrap_err();
+        assert!(err.to_string().contains("harness images build"), "{err}");
         assert!(err.to_string().contains("harness images kubernetes"), "{err}");
     }
 }

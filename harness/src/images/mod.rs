@@ -2,11 +2,14 @@
 //!
 //! `host`: the VM host image (qcow2 + kernel + initrd); `rootfs`: the nspawn
 //! machine rootfs tarball; `coredns`: the CoreDNS release artifact and offline bundle;
-//! `kubernetes`: the control plane and node binaries and etcd (built apart: `harness images kubernetes`).
+//! `kubernetes`: the control plane and node binaries and etcd;
+//! `oci`: the pause and test container images as OCI archives (`oci_layout` writes them).
 
 pub mod coredns;
 pub mod go;
 pub mod host;
 pub mod kubernetes;
 pub mod mmdebstrap;
+pub mod oci;
+pub mod oci_layout;
 pub mod rootfs;

@@ -40,6 +40,8 @@ pub enum LabError {
     BadDnsName { name: String, reason: String },
     #[error("bad artifact path {path:?}: {reason}")]
     BadPublishPath { path: String, reason: String },
+    #[error(transparent)]
+    ControlPlane(#[from] Box<crate::controlplane::ControlPlaneError>),
     #[error("the lab's service thread failed: {0}")]
     Services(String),
     #[error("tearing down {lab} left things behind:\n  {}", .problems.join("\n  "))]

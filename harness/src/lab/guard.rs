@@ -29,6 +29,8 @@ pub struct LabSpec {
     pub log_dir: Option<PathBuf>,
     /// The directory served at the artifact server's `/`; default: `<run dir>/http`, empty.
     pub http_root: Option<PathBuf>,
+    /// Start the Kubernetes control plane in the lab (see [`super::cluster`]); `lab.cluster()`.
+    pub control_plane: bool,
 }
 
 impl LabSpec {
@@ -104,6 +106,7 @@ pub struct Lab {
     dns: DnsControl,
     http: HttpControl,
     services: Option<Services>,
+    cluster: Option<Box<dyn crate::controlplane::ControlPlane>>,
     nics: Mutex<Vec<VmNic>>,
     swept: Vec<String>,
     down: bool,
@@ -129,6 +132,7 @@ impl Lab {
             Some(n) => Want::Exactly(n),
             None => Want::Prefer(preferred_number()),
         };
+        let cluster_images = spec.control_plane.then(super::cluster::images).transpose()?;
         let (addrs, swept) = owner::claim(want)?;
         let name = addrs.netns();
         signals::register(&name);
@@ -143,6 +147,7 @@ impl Lab {
             dns: DnsControl::new(None),
             run_dir,
             services: None,
+            cluster: None,
             nics: Mutex::new(Vec::new()),
             swept,
             down: false,
@@ -155,6 +160,9 @@ impl Lab {
         lab.dns = DnsControl::new(Some(open_log(&lab.log_dir, "dns-queries.log")?));
         lab.http = HttpControl::new(http_root, Some(open_log(&lab.log_dir, "http-requests.log")?));
         lab.services = Some(Services::start(&addrs, lab.dns.clone(), lab.http.clone())?);
+        if let Some(images) = &cluster_images {
+            lab.cluster = Some(super::cluster::start(images, &addrs, &lab.run_dir, &lab.log_dir)?);
+        }
         tracing::info!(lab = %name, took = ?started.elapsed(), swept = ?lab.swept, "lab up");
         Ok(lab)
     }
@@ -199,6 +207,16 @@ impl Lab {
         &self.http
     }
 
+    /// The cluster, when the lab was started with `LabSpec.control_plane`.
+    pub fn cluster(&self) -> Option<&crate::controlplane::ClusterAccess> {
+        self.cluster.as_deref().map(|c| c.access())
+    }
+
+    /// The pids of the control plane's processes (empty without one).
+    pub fn cluster_pids(&self) -> Vec<i32> {
+        self.cluster.as_deref().map(|c| c.pids()).unwrap_or_default()
+    }
+
     /// A command run inside the lab's namespace (`ip netns exec lab-<n> <program>`).
     pub fn command(&self, program: &str) -> Command {
         netns::command_in(&self.name(), program)
@@ -215,6 +233,7 @@ impl Lab {
                 max: MAX_VMS,
             })?;
         let tap = netns::add_tap(&self.addrs, index)?;
+        super::cluster::route_pod_cidr(&self.addrs, index)?;
         let nic = VmNic {
             index,
             netns: self.name(),
@@ -261,6 +280,9 @@ impl Lab {
         self.down = true;
         let name = self.name();
         let mut problems = Vec::new();
+        if let Some(mut cluster) = self.cluster.take() {
+            problems.extend(cluster.stop());
+        }
         if let Some(mut services) = self.services.take() {
             services.stop();
         }

@@ -27,6 +27,7 @@
 //!   live labs down before exiting ([`signals`]).
 
 pub mod addr;
+pub mod cluster;
 pub mod dns;
 mod dns_server;
 pub mod error;

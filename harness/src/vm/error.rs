@@ -6,6 +6,7 @@ use super::overlay::OverlayError;
 use super::qga::{ExitKind, QgaError};
 use super::qmp::QmpError;
 use super::rundir::RunDirError;
+use super::state::StateError;
 
 /// `Debug` shows the message and its causes (tests print errors with `unwrap`/`expect`).
 #[derive(thiserror::Error)]
@@ -62,6 +63,12 @@ pub enum VmError {
         what: String,
         #[source]
         source: std::io::Error,
+    },
+    #[error("VM {vm}: saved state: {source}")]
+    State {
+        vm: String,
+        #[source]
+        source: Box<StateError>,
     },
     #[error("VM {vm}: processes of QEMU's process group {pgid} survived SIGKILL")]
     Survivors { vm: String, pgid: i32 },

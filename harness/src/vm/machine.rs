@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::accel::Accel;
 use super::console;
-use super::deadline::{Deadlines, WaitTimeout};
+use super::deadline::{Attempt, Deadlines, WaitTimeout};
 use super::error::{Crash, TimedOut, VmError};
 use super::guest::{self, GuestAgent};
 use super::overlay;
@@ -17,8 +17,12 @@ use super::qemu;
 use super::qga::GuestOutput;
 use super::qmp;
 use super::ready;
+use super::resume::{self, Launched};
+use super::rundir::RunDirError;
 use super::rundir::{RunDir, VmInfo};
-use super::spec::VmSpec;
+use super::spec::{BootMode, VmSpec};
+use super::state::{self, SavedState, StateError};
+use crate::cache::Cache;
 
 /// Lines of console shown in errors.
 const CONSOLE_LINES: usize = 30;
@@ -35,9 +39,37 @@ pub struct Vm {
     agent: GuestAgent,
     boot_id: String,
     boot_time: Duration,
+    mode: BootMode,
+    /// The saved state's directory, when resumed.
+    state: Option<std::path::PathBuf>,
     /// Set while QEMU is expected to exit (power-off).
     exit_expected: bool,
     torn_down: bool,
+}
+
+/// How QEMU is started.
+enum Launch<'a> {
+    Cold,
+    Template { disk: &'a Path, share: &'a Path },
+    Resume(&'a SavedState),
+}
+
+/// Fails naming `harness images build` when the image's disk, kernel or initrd is missing.
+fn check_image(spec: &VmSpec) -> Result<(), VmError> {
+    for (what, path) in [
+        ("disk", &spec.image.disk),
+        ("kernel", &spec.image.kernel),
+        ("initrd", &spec.image.initrd),
+    ] {
+        if !path.is_file() {
+            return Err(VmError::Spec(format!(
+                "VM {}: the {what} {} does not exist: run `harness images build`",
+                spec.name,
+                path.display()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// A guest command being prepared: `vm.cmd("...").allow_failure().timeout(d).run()?`.
@@ -88,23 +120,82 @@ impl GuestCommand<'_> {
 }
 
 impl Vm {
-    /// Boots a VM: overlay, QEMU, and waits for `READY <boot_id>` and the guest agent.
+    /// Starts a VM and waits until it is ready (guest agent up, address configured): resumed
+    /// from the image's saved state ([`super::state`]; built first if missing), or booted cold
+    /// (`LAB_COLD_BOOT=1`, [`VmSpec::boot_mode`], or extra kernel arguments) up to
+    /// `READY <boot_id>`. A saved state QEMU cannot load is removed and the VM boots cold.
     pub fn boot(spec: VmSpec) -> Result<Vm, VmError> {
+        if spec.effective_boot_mode() == BootMode::Cold {
+            return Vm::boot_with_cache(spec, None);
+        }
+        let cache = Cache::open().map_err(|e| VmError::State {
+            vm: spec.name.clone(),
+            source: Box::new(e.into()),
+        })?;
+        Vm::boot_with_cache(spec, Some(&cache))
+    }
+
+    /// [`Vm::boot`] with the saved states of `cache` (`None`: boot cold).
+    pub fn boot_with_cache(spec: VmSpec, cache: Option<&Cache>) -> Result<Vm, VmError> {
         spec.validate().map_err(VmError::Spec)?;
-        let started = Instant::now();
+        check_image(&spec)?;
         let accel = match spec.accel {
             Some(accel) => accel,
             None => Accel::from_env()?,
         };
         let deadlines = Deadlines::from_env(accel).map_err(VmError::Spec)?;
         let run = RunDir::new(&spec.lab, &spec.name);
-        run.prepare(&spec.lab, &spec.name)?;
-        let (process, events) = match Vm::start(&spec, &run, accel) {
+        if let Some(pid) = run.running_pid() {
+            return Err(RunDirError::AlreadyRunning {
+                lab: spec.lab.clone(),
+                name: spec.name.clone(),
+                pid,
+                dir: run.dir().to_path_buf(),
+            }
+            .into());
+        }
+        if let Some(cache) = cache.filter(|_| spec.effective_boot_mode() == BootMode::Resume) {
+            let state_err = |source: StateError| VmError::State {
+                vm: spec.name.clone(),
+                source: Box::new(source),
+            };
+            let saved = state::ensure(cache, &spec, accel).map_err(state_err)?;
+            match Vm::launch(spec.clone(), accel, deadlines, Launch::Resume(&saved)) {
+                Ok(vm) => return Ok(vm),
+                Err(Launched::Failed(err)) => return Err(err),
+                Err(Launched::NotLoaded(err)) => {
+                    eprintln!(
+                        "==> warning: VM {}: QEMU could not load the saved state {}; removing it and \
+                         booting cold.\n{err}",
+                        spec.name,
+                        saved.dir.display()
+                    );
+                    state::invalidate(cache, &saved.dir).map_err(state_err)?;
+                }
+            }
+        }
+        Vm::launch(spec, accel, deadlines, Launch::Cold).map_err(Launched::into_error)
+    }
+
+    /// Boots the VM a saved state is taken from (see [`super::state`]): disk `disk`, an empty
+    /// 9p share `share`, the template's network; waits for `READY`.
+    pub(crate) fn boot_template(spec: VmSpec, disk: &Path, share: &Path) -> Result<Vm, VmError> {
+        let accel = spec.accel.expect("the template's accelerator is set");
+        let deadlines = Deadlines::from_env(accel).map_err(VmError::Spec)?;
+        Vm::launch(spec, accel, deadlines, Launch::Template { disk, share }).map_err(Launched::into_error)
+    }
+
+    fn launch(spec: VmSpec, accel: Accel, deadlines: Deadlines, launch: Launch) -> Result<Vm, Launched> {
+        let started = Instant::now();
+        let run = RunDir::new(&spec.lab, &spec.name);
+        run.prepare(&spec.lab, &spec.name)
+            .map_err(|e| Launched::Failed(e.into()))?;
+        let (process, events) = match Vm::start(&spec, &run, accel, &launch) {
             Ok(started) => started,
             Err(err) => {
                 // Nothing runs yet: leave nothing behind.
                 let _ = run.remove();
-                return Err(err);
+                return Err(Launched::Failed(err));
             }
         };
         let agent = GuestAgent::for_run_dir(&spec.name, &run, deadlines);
@@ -118,25 +209,45 @@ impl Vm {
             agent,
             boot_id: String::new(),
             boot_time: Duration::ZERO,
+            mode: match launch {
+                Launch::Resume(_) => BootMode::Resume,
+                _ => BootMode::Cold,
+            },
+            state: match launch {
+                Launch::Resume(saved) => Some(saved.dir.clone()),
+                _ => None,
+            },
             exit_expected: false,
             torn_down: false,
         };
         ready::watch(vm.run.ready(), Arc::clone(&vm.events), &vm.spec.name).map_err(|source| {
-            VmError::Io {
+            Launched::Failed(VmError::Io {
                 vm: vm.spec.name.clone(),
                 what: "starting the readiness reader".into(),
                 source,
-            }
+            })
         })?;
-        if let Err(err) = vm.wait_for_boot(0, "", "booting", vm.deadlines.boot) {
-            let test = crate::evidence::current_test_name();
-            crate::evidence::collect(&vm, &test, "the VM did not boot");
+        let result = match launch {
+            Launch::Resume(_) => vm.finish_resume(),
+            _ => vm
+                .wait_for_boot(0, "", "booting", vm.deadlines.boot)
+                .map_err(Launched::Failed),
+        };
+        if let Err(err) = result {
+            if let Launched::Failed(_) = err {
+                let test = crate::evidence::current_test_name();
+                crate::evidence::collect(&vm, &test, "the VM did not boot");
+            }
             return Err(err);
         }
         vm.boot_time = started.elapsed();
         eprintln!(
-            "==> VM {} booted in {:.1}s ({}, boot id {})",
+            "==> VM {} {} in {:.1}s ({}, boot id {})",
             vm.name(),
+            match vm.mode {
+                BootMode::Cold => "booted",
+                BootMode::Resume => "resumed",
+            },
             vm.boot_time.as_secs_f64(),
             vm.accel,
             vm.boot_id
@@ -145,20 +256,55 @@ impl Vm {
     }
 
     /// Creates the overlay, writes `vm.json` and starts QEMU.
-    fn start(spec: &VmSpec, run: &RunDir, accel: Accel) -> Result<(QemuProcess, Arc<Events>), VmError> {
-        for (what, path) in [("kernel", &spec.image.kernel), ("initrd", &spec.image.initrd)] {
-            if !path.is_file() {
-                return Err(VmError::Spec(format!(
-                    "VM {}: the {what} {} does not exist: run `harness images build`",
-                    spec.name,
-                    path.display()
-                )));
-            }
-        }
-        overlay::create(&spec.image.disk, run.overlay()).map_err(|source| VmError::Overlay {
+    fn start(
+        spec: &VmSpec,
+        run: &RunDir,
+        accel: Accel,
+        launch: &Launch,
+    ) -> Result<(QemuProcess, Arc<Events>), VmError> {
+        let overlay_err = |source| VmError::Overlay {
             vm: spec.name.clone(),
             source,
-        })?;
+        };
+        let io_err = |what: String| {
+            let vm = spec.name.clone();
+            move |source| VmError::Io { vm, what, source }
+        };
+        let args = match launch {
+            Launch::Cold => {
+                overlay::create(&spec.image.disk, run.overlay()).map_err(overlay_err)?;
+                qemu::args(spec, run, accel)
+            }
+            Launch::Template { disk, share } => qemu::template_args(spec, run, accel, disk, share),
+            Launch::Resume(saved) => {
+                overlay::create(&saved.disk(), run.overlay()).map_err(overlay_err)?;
+                let share = match &spec.share {
+                    Some(share) => share.clone(),
+                    None => {
+                        let empty = run.dir().join("share");
+                        std::fs::create_dir_all(&empty)
+                            .map_err(io_err(format!("creating {}", empty.display())))?;
+                        empty
+                    }
+                };
+                // The console log starts with the saved boot's, so it shows how the guest came up.
+                let mut console = std::fs::read(saved.console()).unwrap_or_default();
+                console.extend_from_slice(
+                    format!(
+                        "\n=== {}: resumed from saved state {} (the lines above are its boot) ===\n",
+                        spec.name, saved.key
+                    )
+                    .as_bytes(),
+                );
+                std::fs::write(run.console(), console)
+                    .map_err(io_err(format!("writing {}", run.console().display())))?;
+                let incoming = saved.incoming_uri().map_err(|source| VmError::State {
+                    vm: spec.name.clone(),
+                    source: Box::new(source),
+                })?;
+                qemu::resume_args(spec, run, accel, &share, &incoming)
+            }
+        };
         let append = qemu::kernel_append(spec);
         run.write_info(&VmInfo {
             lab: spec.lab.clone(),
@@ -170,9 +316,17 @@ impl Vm {
             initrd: spec.image.initrd.clone(),
             netns: spec.netns.clone(),
             append,
+            boot_mode: Some(match launch {
+                Launch::Resume(_) => BootMode::Resume,
+                _ => BootMode::Cold,
+            }),
+            saved_state: match launch {
+                Launch::Resume(saved) => Some(saved.dir.clone()),
+                _ => None,
+            },
         })?;
         let mut cmd = Command::new(qemu::QEMU);
-        cmd.args(qemu::args(spec, run, accel));
+        cmd.args(args);
         let command = agent::exec::CommandLine(&cmd).to_string();
         tracing::info!(vm = %spec.name, %accel, %command, "starting QEMU");
         let events = Arc::new(Events::default());
@@ -211,9 +365,18 @@ impl Vm {
     pub fn boot_id(&self) -> &str {
         &self.boot_id
     }
-    /// How long the first boot took (QEMU start to a synchronised guest agent).
+    /// How long the first start took: QEMU start to a synchronised guest agent (cold), or to
+    /// a resumed guest with its clock and address set (resume).
     pub fn boot_time(&self) -> Duration {
         self.boot_time
+    }
+    /// Whether the VM was resumed from a saved state or booted cold.
+    pub fn boot_mode(&self) -> BootMode {
+        self.mode
+    }
+    /// The saved state's cache directory, when resumed.
+    pub fn saved_state(&self) -> Option<&Path> {
+        self.state.as_deref()
     }
     /// The last `n` lines of the serial console.
     pub fn console_tail(&self, n: usize) -> Vec<String> {
@@ -468,6 +631,92 @@ impl Vm {
             })),
             other => other,
         }
+    }
+
+    /// After `-incoming`: waits for QEMU to load the state, continues the guest, reaches its
+    /// agent and runs [`resume::setup_argv`] (clock, MAC, address, share); records the boot id.
+    fn finish_resume(&mut self) -> Result<(), Launched> {
+        let started = Instant::now();
+        let doing = "loading the saved state";
+        let loaded = super::deadline::wait_until(
+            self.name(),
+            self.deadlines.boot,
+            "QEMU to load the saved state",
+            || {
+                if let Some(err) = self.crashed(doing) {
+                    return Attempt::Abort(err);
+                }
+                match qmp::execute(&self.run.qmp(), &resume::QueryStatus {}, self.deadlines.agent) {
+                    Ok(status) if status["status"] != "inmigrate" => Attempt::Ready(status),
+                    Ok(status) => Attempt::Retry(format!("QEMU status {}", status["status"])),
+                    Err(err) => Attempt::Retry(err.to_string()),
+                }
+            },
+        );
+        let status = match loaded {
+            Ok(status) => status,
+            Err(err @ VmError::Crashed(_)) => return Err(Launched::NotLoaded(err)),
+            Err(err) => return Err(Launched::Failed(self.with_console(err))),
+        };
+        let loaded_after = started.elapsed();
+        if status["running"] != true {
+            self.qmp(&qmp::qmp::cont {}).map_err(Launched::Failed)?;
+        }
+        let out = self
+            .argv(resume::setup_argv(&self.spec))
+            .run()
+            .map_err(Launched::Failed)?;
+        let stdout = out.stdout_text();
+        self.boot_id = resume::boot_id_of(&stdout).ok_or_else(|| {
+            Launched::Failed(VmError::Io {
+                vm: self.name().to_string(),
+                what: "finishing the resume".into(),
+                source: std::io::Error::other(format!("no boot id in the setup's output: {stdout:?}")),
+            })
+        })?;
+        tracing::info!(vm = self.name(), loaded = ?loaded_after, took = ?started.elapsed(), "resumed");
+        Ok(())
+    }
+
+    /// Pauses the guest and saves its state to the migration `uri` (e.g. `exec:zstd -c > f`),
+    /// then quits QEMU. Used to take a saved state ([`super::state`]).
+    pub(crate) fn save(&mut self, uri: &str) -> Result<(), VmError> {
+        self.qmp(&qmp::qmp::stop {})?;
+        self.qmp(&resume::migrate(uri))?;
+        super::deadline::wait_until(
+            self.name(),
+            self.deadlines.boot,
+            "the migration to finish",
+            || {
+                if let Some(err) = self.crashed("saving the guest state") {
+                    return Attempt::Abort(err);
+                }
+                match qmp::execute(&self.run.qmp(), &resume::QueryMigrate {}, self.deadlines.agent) {
+                    Ok(info) if info["status"] == "completed" => Attempt::Ready(()),
+                    Ok(info) if info["status"] == "failed" || info["status"] == "cancelled" => {
+                        Attempt::Abort(VmError::Io {
+                            vm: self.name().to_string(),
+                            what: format!("saving the guest state to {uri}"),
+                            source: std::io::Error::other(format!("migration {info}")),
+                        })
+                    }
+                    Ok(info) => Attempt::Retry(format!("migration status {}", info["status"])),
+                    Err(err) => Attempt::Retry(err.to_string()),
+                }
+            },
+        )
+        .map_err(|e| self.with_console(e))?;
+        self.exit_expected = true;
+        let _ = qmp::execute(&self.run.qmp(), &qmp::qmp::quit {}, self.deadlines.agent);
+        self.process.wait_exit(self.deadlines.power_off).ok_or_else(|| {
+            self.timeout(WaitTimeout {
+                vm: self.name().to_string(),
+                what: "QEMU to quit after saving".into(),
+                waited: self.deadlines.power_off,
+                last_failure: "QEMU is still running".into(),
+            })
+        })?;
+        Ok(())
     }
 
     /// Waits for a `READY` line after index `before` whose boot id differs from `old`, then for

@@ -17,7 +17,7 @@
 //! };
 //! spec.netns = Some("lab-3".into());          // QEMU runs in /run/netns/lab-3 (setns before exec)
 //! spec.share = None;                          // or Some(dir): 9p, mount tag `lab`, /mnt/lab in the guest
-//! let mut vm = Vm::boot(spec)?;               // overlay + QEMU + waits for READY <boot_id> and the agent
+//! let mut vm = Vm::boot(spec)?;               // resumed from the image's saved state (or cold), ready
 //! let stdout: String = vm.run("uname -r")?;   // non-zero exit => VmError::CommandFailed (status, stdout, stderr)
 //! let out = vm.cmd("systemctl is-active x").allow_failure().timeout(std::time::Duration::from_secs(5)).run()?;
 //! let _ = (out.status, out.stdout_text(), out.stderr_text(), out.success());
@@ -35,6 +35,13 @@
 //! # Ok(()) }
 //! ```
 //!
+//! * Start: by default a VM resumes from the image's saved guest state ([`state`]: the image
+//!   booted once and saved, keyed by image, QEMU and machine; built on first use under the
+//!   cache's lock) on its own overlay above the saved boot's disk, then gets the host's time,
+//!   its address, resolver and MAC over the guest agent ([`resume`]); `vm.boot_mode()` says
+//!   which. `LAB_COLD_BOOT=1` (or `spec.boot_mode = Some(BootMode::Cold)`, or any
+//!   `extra_append` word) boots cold up to `READY <boot_id>`. A resumed VM keeps the saved
+//!   boot's boot id and kernel command line until it reboots; a reboot comes up cold with its own.
 //! * Errors are [`VmError`]: `Crashed` (QEMU exited unexpectedly: status, stderr, last console
 //!   lines), `Timeout` (what was awaited, on which VM, for how long, last failure, console tail),
 //!   `CommandFailed`, `Agent`, `Qmp`, `Spec`, `RunDir` (e.g. already running), `Overlay`, ...
@@ -59,8 +66,10 @@ pub mod qemu;
 pub mod qga;
 pub mod qmp;
 pub mod ready;
+pub mod resume;
 pub mod rundir;
 pub mod spec;
+pub mod state;
 
 pub use accel::Accel;
 pub use deadline::{Deadlines, WaitTimeout, wait_until};
@@ -69,4 +78,5 @@ pub use guest::{GuestAgent, shell};
 pub use machine::{GuestCommand, Vm};
 pub use qga::{ExitKind, GuestOutput};
 pub use rundir::{RunDir, VmInfo};
-pub use spec::{BootImage, GuestAddress, Mac, Net, VmSpec};
+pub use spec::{BootImage, BootMode, GuestAddress, Mac, Net, VmSpec};
+pub use state::SavedState;

@@ -45,7 +45,14 @@ pub struct VmInfo {
     pub kernel: PathBuf,
     pub initrd: PathBuf,
     pub netns: Option<String>,
+    /// The kernel command line (a resumed guest runs with its saved boot's until it reboots).
     pub append: String,
+    /// Resumed from a saved state or booted cold (absent in older files).
+    #[serde(default)]
+    pub boot_mode: Option<super::spec::BootMode>,
+    /// The saved state's cache directory (its `booted.qcow2` backs the overlay).
+    #[serde(default)]
+    pub saved_state: Option<PathBuf>,
 }
 
 /// Why a run directory cannot be used.

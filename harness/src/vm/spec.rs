@@ -86,6 +86,35 @@ impl Net {
     }
 }
 
+/// How a VM starts: resumed from the image's saved guest state (the default), or booted cold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BootMode {
+    /// QEMU boots the kernel (about 20 s to a minute and more under TCG).
+    Cold,
+    /// QEMU loads the saved state of a booted guest (`-incoming`), see [`super::state`].
+    Resume,
+}
+
+impl BootMode {
+    /// `Cold` when `LAB_COLD_BOOT` is `1`, `true` or `yes`, else `Resume`.
+    pub fn from_env() -> BootMode {
+        match std::env::var("LAB_COLD_BOOT") {
+            Ok(v) if matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes") => BootMode::Cold,
+            _ => BootMode::Resume,
+        }
+    }
+}
+
+impl fmt::Display for BootMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            BootMode::Cold => "cold boot",
+            BootMode::Resume => "resumed",
+        })
+    }
+}
+
 /// Everything [`super::Vm::boot`] needs. Build with [`VmSpec::new`] and set fields as needed.
 #[derive(Clone, Debug)]
 pub struct VmSpec {
@@ -108,6 +137,9 @@ pub struct VmSpec {
     pub accel: Option<Accel>,
     /// Keep the overlay and run directory when the VM is dropped (also `LAB_KEEP=1`).
     pub keep: bool,
+    /// Forces cold boot or resume; `None`: `LAB_COLD_BOOT`, else resume. A spec with
+    /// `extra_append` words always boots cold (they would have to be in the saved boot).
+    pub boot_mode: Option<BootMode>,
 }
 
 impl VmSpec {
@@ -125,7 +157,17 @@ impl VmSpec {
             extra_append: Vec::new(),
             accel: None,
             keep: false,
+            boot_mode: None,
         }
+    }
+
+    /// How this spec starts: cold when forced (field, then `LAB_COLD_BOOT`) or when it has
+    /// extra kernel arguments, else resumed.
+    pub fn effective_boot_mode(&self) -> BootMode {
+        if !self.extra_append.is_empty() {
+            return BootMode::Cold;
+        }
+        self.boot_mode.unwrap_or_else(BootMode::from_env)
     }
 
     /// Checks the names that end up in paths, process names and the kernel command line.

@@ -1,8 +1,10 @@
-//! A live LocalDNS on this host, in network namespaces: the node namespace holds both listeners
-//! (on `lo`: this host's kernel has no dummy links) and our nft table; a peer namespace serves the
-//! test zone `example.test` (the node's upstream) and another plays cluster DNS for `cluster.local`,
-//! both with the real CoreDNS and its `file` plugin. The supervisor runs the real CoreDNS with the
-//! Corefile and environment file the agent renders.
+//! A live LocalDNS in network namespaces of a lab VM (Debian's kernel, which has dummy links): the
+//! node namespace gets the `localdns` dummy link with both listener /32s and our nft table, both
+//! made by the agent's own `agent::hostnet::apply`; a peer namespace serves the test zone
+//! `example.test` (the node's upstream) and another plays cluster DNS for `cluster.local`, both
+//! with the real CoreDNS and its `file` plugin. The supervisor runs the real CoreDNS with the
+//! Corefile and environment file the agent renders. Used by `guest_localdns_*.rs`, which run in
+//! the VM (see `harness/tests/lab_guest_tests.rs`).
 
 #![allow(dead_code)]
 
@@ -18,6 +20,8 @@ use std::time::{Duration, Instant};
 
 use agent::exec;
 use agent::goal::{self, HostFacts};
+use agent::hostnet::link::Netlink;
+use agent::hostnet::{LINK_NAME, NetworkSpec};
 use agent::names::Slot;
 use agent::render;
 use hickory_proto::op::{Message, Query, ResponseCode};
@@ -48,15 +52,29 @@ pub fn run(cmd: &mut Command) -> String {
     exec::run_stdout(cmd).unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// The real CoreDNS from the lab cache; fails naming the command that builds it.
+/// The environment variable naming the real CoreDNS in the guest (set by the host-side runner,
+/// which copies the binary from the lab cache into the VM).
+pub const COREDNS_ENV: &str = "LOCALDNS_TEST_COREDNS";
+
+const RUN_IN_A_VM: &str = "these guest tests run inside a lab VM: \
+    `cargo nextest run -p harness --test lab_guest_tests` (after `harness images build`)";
+
+/// The real CoreDNS the runner copied into the VM (`$LOCALDNS_TEST_COREDNS`).
 pub fn coredns() -> PathBuf {
-    let cache = harness::cache::Cache::open().expect("lab cache");
-    harness::images::coredns::require(&cache)
-        .unwrap_or_else(|e| panic!("{e:#}"))
-        .binary
+    let path = std::env::var_os(COREDNS_ENV)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| panic!("{COREDNS_ENV} is not set: {RUN_IN_A_VM}"));
+    assert!(
+        path.is_file(),
+        "{COREDNS_ENV}={} is missing: {RUN_IN_A_VM}",
+        path.display()
+    );
+    path
 }
 
-/// `unbounded-localdns-supervisor`, built beside this test (`cargo build -p agent --bins`).
+/// `unbounded-localdns-supervisor`: the test archive's copy beside the test's `deps/` directory
+/// (the archive holds the workspace's binaries), else the one cargo built.
 pub fn supervisor_binary() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
     let path = exe
@@ -66,7 +84,7 @@ pub fn supervisor_binary() -> PathBuf {
         .join("unbounded-localdns-supervisor");
     assert!(
         path.is_file(),
-        "{} is missing: build it with `cargo build -p agent --bins` (scripts/test.sh does)",
+        "{} is missing: build it with `cargo build -p agent --bins`; {RUN_IN_A_VM}",
         path.display()
     );
     path
@@ -105,15 +123,12 @@ impl Netns {
 
 impl Drop for Netns {
     fn drop(&mut self) {
-        if let Ok(out) = Command::new("ip").args(["netns", "pids", &self.name]).output() {
-            for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
-                let _ = Command::new("kill")
-                    .args(["-9", pid])
-                    .stderr(Stdio::null())
-                    .status();
+        if let Ok(pids) = exec::run_stdout(Command::new("ip").args(["netns", "pids", &self.name])) {
+            for pid in pids.split_whitespace().filter_map(|p| p.parse::<i32>().ok()) {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGKILL);
             }
         }
-        let _ = Command::new("ip").args(["netns", "del", &self.name]).status();
+        let _ = exec::run_unchecked(Command::new("ip").args(["netns", "del", &self.name]));
     }
 }
 
@@ -215,20 +230,69 @@ pub fn config_text(notrack_replies: bool) -> String {
     .to_string()
 }
 
+/// Where the listener addresses live in the node namespace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listeners {
+    /// On the `localdns` dummy link, with our table, both made by `agent::hostnet::apply`, as on a
+    /// node: the guest tests (Debian's kernel in a lab VM).
+    DummyLink,
+    /// On `lo`, with our table from the same rendered script (`nft -f`): only for the benchmark
+    /// (`harness/examples/localdns_bench.rs`) on a host whose kernel has no dummy links.
+    Loopback,
+}
+
+/// The validated agent config of the node.
+pub fn config(notrack_replies: bool) -> agent::validate::Config {
+    agent::validate::parse(&config_text(notrack_replies)).unwrap_or_else(|p| panic!("{p}"))
+}
+
 impl Lab {
     /// Namespaces, links, the node's nft table and both peer DNS servers (not yet LocalDNS itself).
     pub fn new(notrack_replies: bool) -> Lab {
-        let coredns = coredns();
+        Lab::build(notrack_replies, Listeners::DummyLink, coredns())
+    }
+
+    /// [`Lab::new`] with the listeners' place and the CoreDNS binary chosen by the caller.
+    pub fn build(notrack_replies: bool, listeners: Listeners, coredns: PathBuf) -> Lab {
         let id = unique_id();
         let node = Netns::new("n", &id);
         let peer_upstream = Netns::new("u", &id);
         let peer_cluster = Netns::new("c", &id);
         veth(&node, NODE_TO_UPSTREAM, &peer_upstream, UPSTREAM, &id, "u");
         veth(&node, NODE_TO_CLUSTER, &peer_cluster, CLUSTER_DNS, &id, "c");
-        for ip in [NODE, CLUSTER] {
-            node.run(&["ip", "addr", "add", &format!("{ip}/32"), "dev", "lo"]);
-        }
+        let config = config(notrack_replies);
+        let local_dns = config.local_dns.as_ref().expect("LocalDNS is enabled");
+        let script = agent::hostnet::nft_script(&config, local_dns);
         let dir = tempfile::tempdir().unwrap();
+        node.enter();
+        match listeners {
+            Listeners::DummyLink => {
+                // The agent's own apply, in the node namespace: the `localdns` dummy link holding
+                // both listener /32s and the `ip unbounded_localdns` table from the rendered script.
+                let spec = NetworkSpec::from_config(local_dns);
+                agent::hostnet::apply(&spec, &script).unwrap_or_else(|e| {
+                    panic!(
+                        "agent::hostnet::apply in namespace {}: {e}; {RUN_IN_A_VM}",
+                        node.name
+                    )
+                });
+                let link = Netlink::open()
+                    .expect("netlink")
+                    .observe(LINK_NAME)
+                    .expect("observe the localdns link")
+                    .expect("apply created the localdns link");
+                assert_eq!(link.kind.as_deref(), Some("dummy"), "{link:?}");
+                assert_eq!(link.ipv4.len(), 2, "{link:?}");
+            }
+            Listeners::Loopback => {
+                for ip in [NODE, CLUSTER] {
+                    node.run(&["ip", "addr", "add", &format!("{ip}/32"), "dev", "lo"]);
+                }
+                let path = dir.path().join("localdns.nft");
+                std::fs::write(&path, &script).unwrap();
+                node.run(&["nft", "-f", path.to_str().unwrap()]);
+            }
+        }
         let mut lab = Lab {
             dir,
             coredns,
@@ -238,10 +302,7 @@ impl Lab {
             peer_cluster,
             node,
         };
-        let script = lab.rendered_nft(notrack_replies);
-        let path = lab.dir.path().join("localdns.nft");
-        std::fs::write(&path, script).unwrap();
-        lab.node.run(&["nft", "-f", path.to_str().unwrap()]);
+        lab.write("localdns.nft", &script);
         lab.upstream_server = Some(lab.start_upstream());
         let cluster_corefile = lab.write(
             "cluster.Corefile",
@@ -255,7 +316,7 @@ impl Lab {
         lab.cluster_server = Some(spawn_logged(cmd, lab.dir.path().join("cluster.log")));
         lab.wait_until(
             "the upstream and cluster DNS servers answer",
-            Duration::from_secs(20),
+            Duration::from_secs(60),
             |lab| {
                 lab.node.enter();
                 query(UPSTREAM, "www.example.test", false).is_ok()
@@ -286,7 +347,7 @@ impl Lab {
     }
 
     fn goal(&self, notrack_replies: bool) -> agent::goal::LocalDnsGoal {
-        let config = agent::validate::parse(&config_text(notrack_replies)).unwrap_or_else(|p| panic!("{p}"));
+        let config = config(notrack_replies);
         let facts = HostFacts {
             host_resolv_conf: format!("nameserver {UPSTREAM}\n"),
             ..Default::default()
@@ -295,10 +356,6 @@ impl Lab {
             .unwrap_or_else(|e| panic!("{e}"))
             .local_dns
             .expect("enabled")
-    }
-
-    pub fn rendered_nft(&self, notrack_replies: bool) -> String {
-        render::host::nft_script(&self.goal(notrack_replies))
     }
 
     /// The environment the supervisor gets: the rendered environment file, with the Corefile and

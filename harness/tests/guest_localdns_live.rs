@@ -1,7 +1,8 @@
-//! The live LocalDNS data path on this host, in network namespaces, with the real CoreDNS run by
-//! the real supervisor from the Corefile and environment file the agent renders (issue 6 item 6).
-//! Needs root, nft and the CoreDNS artifact (`harness images build`), and the agent's binaries
-//! (`cargo build -p agent --bins`).
+//! The live LocalDNS data path in a lab VM, each case in fresh network namespaces with the
+//! `localdns` dummy link and our nft table made by `agent::hostnet::apply`, and the real CoreDNS
+//! run by the real supervisor from the Corefile and environment file the agent renders (issue 6
+//! item 6). A guest test (the `guest_` binary prefix): run by `harness/tests/lab_guest_tests.rs`,
+//! which copies CoreDNS from the lab cache into the VM (`$LOCALDNS_TEST_COREDNS`).
 
 mod localdns_live_support;
 
@@ -16,8 +17,8 @@ fn ready_lab(extra_env: &[(&str, &str)]) -> (Lab, Proc, NotifySocket) {
     let notify = NotifySocket::bind(lab.dir.path());
     let env = lab.supervisor_env(extra_env);
     let supervisor = lab.start_supervisor(&env, Some(&notify.path));
-    if let Err(seen) = notify.until("READY=1", Duration::from_secs(60)) {
-        panic!("no READY=1 within 60 s; messages: {seen:?}\n{}", lab.logs());
+    if let Err(seen) = notify.until("READY=1", Duration::from_secs(90)) {
+        panic!("no READY=1 within 90 s; messages: {seen:?}\n{}", lab.logs());
     }
     lab.node.enter();
     (lab, supervisor, notify)
@@ -116,22 +117,24 @@ fn metrics_answer_at_the_metrics_address_with_build_info() {
 }
 
 #[test]
-fn supervisor_reports_ready_then_watchdog_ticks() {
-    // WatchdogSec=1 → a check every 200 ms.
-    let (lab, _supervisor, notify) = ready_lab(&[("WATCHDOG_USEC", "1000000")]);
+fn supervisor_reports_ready_then_watchdog_ticks_at_a_fifth_of_watchdog_sec() {
+    // WatchdogSec=5 → a check every second (generous for a TCG guest; ticks at WatchdogSec would
+    // take 15 s for three).
+    let (lab, _supervisor, notify) = ready_lab(&[("WATCHDOG_USEC", "5000000")]);
     let started = Instant::now();
     let mut ticks = 0;
     while ticks < 3 {
-        match notify.recv(Duration::from_secs(5)) {
+        match notify.recv(Duration::from_secs(10)) {
             Some(msg) if msg.contains("WATCHDOG=1") => ticks += 1,
             Some(_) => {}
-            None => panic!("no WATCHDOG=1 within 5 s after {ticks} ticks\n{}", lab.logs()),
+            None => panic!("no WATCHDOG=1 within 10 s after {ticks} ticks\n{}", lab.logs()),
         }
     }
+    let took = started.elapsed();
     assert!(
-        started.elapsed() < Duration::from_secs(3),
-        "3 ticks took {:?}",
-        started.elapsed()
+        took >= Duration::from_millis(2500) && took < Duration::from_secs(10),
+        "3 ticks took {took:?}, expected about 3 s (one per WatchdogSec/5)\n{}",
+        lab.logs()
     );
 }
 

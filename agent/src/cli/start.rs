@@ -1,0 +1,39 @@
+//! `unbounded-agent start --config FILE`: preflight, host preparation, the machine with
+//! containerd, kubelet and LocalDNS, started in spec §9 order (`agent::start`). Exit 0 once
+//! kubelet is active in the machine; 1 with the reason otherwise.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use agent::start::{Options, Outcome};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The agent config JSON.
+    #[arg(long)]
+    pub config: PathBuf,
+    /// Names of preflight checks whose failures do not stop `start` (repeatable).
+    #[arg(long = "ignore-preflight", value_name = "CHECK")]
+    pub ignore: Vec<String>,
+    /// The directory files are written below (tests only; commands still act on this host).
+    #[arg(long, env = "UNBOUNDED_AGENT_ROOT", default_value = "/", hide = true)]
+    pub root: PathBuf,
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let options = Options {
+        config_path: args.config,
+        root: args.root,
+        ignore_checks: args.ignore,
+    };
+    match agent::start::run(&options)? {
+        Outcome::Started { slot, resumed_from } => {
+            println!(
+                "start: done: kubelet is active in machine {slot} (began at stage {})",
+                resumed_from.as_str()
+            );
+        }
+        Outcome::Unchanged { slot } => println!("start: done: machine {slot} unchanged"),
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,66 @@
+//! The LocalDNS supervisor as installed in the machine: `start` copies the running agent binary to
+//! `/usr/local/libexec/unbounded-localdns-supervisor`, and the agent, started under that name,
+//! runs [`main`] (the same as the `unbounded-localdns-supervisor` binary). One file to deploy.
+
+use std::process::ExitCode;
+
+use crate::supervisor::{Settings, supervise};
+
+/// The program name the supervisor is installed under.
+pub const PROGRAM: &str = "unbounded-localdns-supervisor";
+
+/// True when `argv0`'s file name is [`PROGRAM`].
+pub fn invoked_as_supervisor(argv0: &str) -> bool {
+    std::path::Path::new(argv0)
+        .file_name()
+        .is_some_and(|n| n == PROGRAM)
+}
+
+/// Runs the supervisor: settings from the environment, CoreDNS supervised until it ends.
+pub fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
+    let settings = match Settings::from_env() {
+        Ok(s) => s,
+        Err(err) => {
+            eprintln!("{PROGRAM}: {err}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(err) => {
+            eprintln!("{PROGRAM}: cannot start the runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(supervise(&settings)) {
+        Ok(outcome) => {
+            tracing::info!(?outcome, code = outcome.exit_code(), "supervisor ends");
+            ExitCode::from(outcome.exit_code())
+        }
+        Err(err) => {
+            eprintln!("{PROGRAM}: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_supervisors_file_name_counts() {
+        assert!(invoked_as_supervisor(
+            "/usr/local/libexec/unbounded-localdns-supervisor"
+        ));
+        assert!(!invoked_as_supervisor("/usr/local/bin/unbounded-agent"));
+        assert!(!invoked_as_supervisor("unbounded-localdns-supervisor-old"));
+    }
+}

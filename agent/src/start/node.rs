@@ -1,0 +1,153 @@
+//! Stage `starting-node`, in spec §9 order: the applied config (the network unit reads it) →
+//! LocalDNS host network → the machine (enabled, started, answering) → both LocalDNS listeners
+//! `/ready` → containerd → image import → kubelet, active. Every step leaves what is already
+//! so alone (a running unit is not restarted).
+
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use super::rootfs::ImageArchive;
+use super::{StartError, log};
+use crate::exec;
+use crate::hostnet::{self, NetworkSpec};
+use crate::machine::MachineRunner;
+use crate::machine::machinectl::{self, MachineError, poll};
+use crate::render::corefile::READY_PORT;
+use crate::validate::Config;
+
+/// LocalDNS `/ready` polling (spec §9): every second, up to 60 s.
+pub const LOCALDNS_READY_TIMEOUT: Duration = Duration::from_secs(60);
+pub const LOCALDNS_READY_POLL: Duration = Duration::from_secs(1);
+/// kubelet active polling (`WaitForKubelet`): every 2 s, up to 60 s.
+pub const KUBELET_TIMEOUT: Duration = Duration::from_secs(60);
+pub const KUBELET_POLL: Duration = Duration::from_secs(2);
+/// containerd active polling.
+pub const CONTAINERD_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// `systemctl daemon-reload` on the host.
+pub fn daemon_reload() -> Result<(), StartError> {
+    exec::run(Command::new("systemctl").arg("daemon-reload"))?;
+    Ok(())
+}
+
+/// The LocalDNS host network now (link and table, in-process), so the machine finds it; its
+/// unit (rendered and enabled with the other files) recreates it at boot.
+pub fn host_network(config: &Config) -> Result<(), StartError> {
+    let Some(l) = &config.local_dns else {
+        return Ok(());
+    };
+    let report = hostnet::apply(&NetworkSpec::from_config(l), &hostnet::nft_script(config, l))?;
+    for line in report.to_string().lines() {
+        log(line);
+    }
+    Ok(())
+}
+
+/// Enables and starts the machine (left alone when running) and waits until it runs commands.
+pub fn machine(runner: &MachineRunner) -> Result<(), StartError> {
+    let m = runner.machine();
+    machinectl::enable(m)?;
+    if machinectl::start(m)? {
+        log(&format!("started machine {m}"));
+    }
+    machinectl::wait_until_answering(runner, machinectl::READY_TIMEOUT)?;
+    Ok(())
+}
+
+/// Waits until both listeners answer `GET /ready` with `OK`.
+pub fn localdns_ready(config: &Config) -> Result<(), StartError> {
+    let Some(l) = &config.local_dns else {
+        return Ok(());
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|source| StartError::Io {
+            action: "start a runtime for",
+            path: "the LocalDNS readiness probe".into(),
+            source,
+        })?;
+    for ip in [l.node_listener.addr(), l.cluster_listener.addr()] {
+        wait_ready(&runtime, ip)?;
+        log(&format!("LocalDNS listener {ip} is ready"));
+    }
+    Ok(())
+}
+
+fn wait_ready(runtime: &tokio::runtime::Runtime, ip: Ipv4Addr) -> Result<(), MachineError> {
+    poll(
+        &format!("LocalDNS GET http://{ip}:{READY_PORT}/ready answering OK"),
+        LOCALDNS_READY_TIMEOUT,
+        LOCALDNS_READY_POLL,
+        || {
+            runtime
+                .block_on(crate::supervisor::probe::ready(
+                    ip,
+                    READY_PORT,
+                    Duration::from_secs(2),
+                ))
+                .map(Some)
+                .map_err(|e| e.to_string())
+        },
+    )
+}
+
+/// Starts containerd in the machine (a no-op when active) and waits until it is active.
+pub fn containerd(runner: &MachineRunner) -> Result<(), StartError> {
+    runner.run(&["systemctl", "start", "containerd.service"])?;
+    machinectl::wait_unit_active(
+        runner,
+        "containerd.service",
+        CONTAINERD_TIMEOUT,
+        Duration::from_secs(1),
+    )?;
+    Ok(())
+}
+
+/// The image refs containerd's `k8s.io` namespace holds.
+pub fn listed_images(runner: &MachineRunner) -> Result<Vec<String>, StartError> {
+    let out = runner.run_stdout(&["ctr", "-n", "k8s.io", "images", "ls", "-q"])?;
+    Ok(out
+        .lines()
+        .map(|l| l.trim().to_owned())
+        .filter(|l| !l.is_empty())
+        .collect())
+}
+
+/// Imports every archive whose ref containerd does not list yet; checks that it then does.
+pub fn import_images(runner: &MachineRunner, images: &[ImageArchive]) -> Result<(), StartError> {
+    let mut listed = listed_images(runner)?;
+    for image in images {
+        if listed.contains(&image.reference) {
+            continue;
+        }
+        runner.run(&["ctr", "-n", "k8s.io", "images", "import", &image.local_path])?;
+        listed = listed_images(runner)?;
+        if !listed.contains(&image.reference) {
+            return Err(StartError::ImageNotImported {
+                reference: image.reference.clone(),
+                archive: image.local_path.clone(),
+            });
+        }
+        log(&format!("imported {} from {}", image.reference, image.local_path));
+    }
+    Ok(())
+}
+
+/// Enables and starts kubelet in the machine (a no-op when active); waits until it is active.
+pub fn kubelet(runner: &MachineRunner) -> Result<(), StartError> {
+    runner.run(&["systemctl", "enable", "kubelet.service"])?;
+    runner.run(&["systemctl", "start", "kubelet.service"])?;
+    machinectl::wait_unit_active(runner, "kubelet.service", KUBELET_TIMEOUT, KUBELET_POLL)?;
+    Ok(())
+}
+
+/// The applied config and its sidecar paths for a slot, below `root`.
+pub fn applied_paths(root: &Path, slot: crate::names::Slot) -> (std::path::PathBuf, std::path::PathBuf) {
+    let json = crate::render::write::under(root, Path::new(&crate::render::paths::applied_config(slot)));
+    let mut sidecar = json.clone().into_os_string();
+    sidecar.push(".sha256");
+    (json, sidecar.into())
+}

@@ -1,0 +1,316 @@
+//! Everything a node needs from the lab, published on the lab's artifact server
+//! (`http://192.168.<100+n>.1:8080`) in the layouts the agent fetches, and gathered into one
+//! offline bundle directory (spec §4) so `OfflineArtifacts.Source` alone suffices.
+//!
+//! On the artifact server:
+//!
+//! | URL path                                  | what                                  | agent config                  |
+//! |-------------------------------------------|---------------------------------------|-------------------------------|
+//! | `/coredns/v<ver>/coredns_<ver>_linux_amd64.tgz` (+ `.sha256`) | CoreDNS release tarball | `Downloads.CoreDNS.BaseURL` = `<base>/coredns` |
+//! | `/kubernetes/v<ver>/bin/linux/amd64/{kubelet,kubectl}` (+ `.sha256`) | node binaries | `Downloads.Kubernetes.BaseURL` = `<base>/kubernetes` |
+//! | `/rootfs/rootfs.tar.gz` (+ `.sha256`)     | the nspawn machine rootfs             | `MachineImage{URL,SHA256}`    |
+//! | `/container-images/amd64/<name>-<tag>.tar` (+ `.sha256`) | OCI image archives     | `ContainerImages[{Ref,URL,SHA256}]` |
+//!
+//! The offline bundle (a cache entry of kind `offline-bundle`, hard links into the other
+//! entries): `manifest.json` (`versions.{coredns,kubernetes,pause,busybox}`, plus
+//! `machineImage` and `containerImages` naming the files and their sha256),
+//! `coredns/v<ver>/bin/linux/amd64/coredns`, `kubernetes/v<ver>/bin/linux/amd64/{kubelet,kubectl}`,
+//! `rootfs/rootfs.tar.gz`, `container-images/amd64/<name>-<tag>.tar`, each with its `.sha256`.
+//! Nothing in it is a symlink, so it can be shared into a VM as it is (9p) or copied.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use agent::config::{ContainerImageConfig, DownloadSource, DownloadsConfig, MachineImageConfig};
+use anyhow::Context;
+
+use crate::cache::{Cache, RecipeKey};
+use crate::images::{coredns, kubernetes, oci, rootfs};
+use crate::lab::{Lab, LabError};
+
+/// The cache kind of the offline bundle.
+pub const BUNDLE_KIND: &str = "offline-bundle";
+/// URL path of the CoreDNS release tree (`Downloads.CoreDNS.BaseURL`).
+pub const COREDNS_PATH: &str = "/coredns";
+/// URL path of the Kubernetes download tree (`Downloads.Kubernetes.BaseURL`).
+pub const KUBERNETES_PATH: &str = "/kubernetes";
+/// URL directory of the machine rootfs tarball (and its directory in the bundle).
+pub const ROOTFS_PATH: &str = "/rootfs";
+/// URL directory of the OCI archives (`/container-images/amd64`, the bundle's layout too).
+pub const CONTAINER_IMAGES_PATH: &str = "/container-images";
+
+/// Why the artifacts could not be published.
+#[derive(Debug, thiserror::Error)]
+pub enum ArtifactsError {
+    /// One or more cached builds are missing; the message names the command that builds them.
+    #[error("the lab's artifacts are not all built:\n{0}")]
+    Missing(String),
+    #[error("publishing {url_path} on the lab's artifact server: {source}")]
+    Publish {
+        url_path: String,
+        #[source]
+        source: LabError,
+    },
+    #[error("assembling the offline bundle: {0:#}")]
+    Bundle(anyhow::Error),
+}
+
+/// What a node config needs from the published artifacts (see `harness::node_config::LabValues`).
+#[derive(Clone, Debug)]
+pub struct LabArtifacts {
+    /// `http://192.168.<100+n>.1:8080`.
+    pub base_url: String,
+    /// Without `v` (`1.15.0`).
+    pub coredns_version: String,
+    /// Without `v` (`1.35.4`).
+    pub kubernetes_version: String,
+    /// `Downloads`: CoreDNS and Kubernetes base URLs on the artifact server, with their versions.
+    pub downloads: DownloadsConfig,
+    /// `MachineImage`: the rootfs tarball's URL and sha256.
+    pub machine_image: MachineImageConfig,
+    /// `ContainerImages`: pause first, then the test image.
+    pub container_images: Vec<ContainerImageConfig>,
+    /// containerd's `sandbox_image` ([`oci::PAUSE_REF`]).
+    pub pause_ref: String,
+    /// What scenario pods run ([`oci::TEST_IMAGE_REF`], `imagePullPolicy: Never`).
+    pub test_image_ref: String,
+    /// Every URL path published and the host file or directory behind it.
+    pub published: Vec<(String, PathBuf)>,
+    offline_bundle: PathBuf,
+}
+
+impl LabArtifacts {
+    /// The offline bundle on the host: hand it to a VM (share or copy) and put its path
+    /// there into `OfflineArtifacts.Source`.
+    pub fn offline_bundle_dir(&self) -> &Path {
+        &self.offline_bundle
+    }
+
+    /// The full URL of a published path.
+    pub fn url(&self, url_path: &str) -> String {
+        format!("{}{url_path}", self.base_url)
+    }
+}
+
+/// The cached builds a lab's node needs.
+struct Inputs {
+    coredns: coredns::CoreDnsArtifact,
+    kubernetes: kubernetes::KubernetesArtifact,
+    rootfs: rootfs::Rootfs,
+    images: oci::OciImages,
+}
+
+/// Finds every cached build, or names every missing one with the command that builds it.
+fn inputs(cache: &Cache) -> Result<Inputs, ArtifactsError> {
+    let coredns = coredns::require(cache);
+    let kubernetes = kubernetes::require(cache);
+    let rootfs = rootfs::require(cache);
+    let images = oci::require(cache);
+    match (coredns, kubernetes, rootfs, images) {
+        (Ok(coredns), Ok(kubernetes), Ok(rootfs), Ok(images)) => Ok(Inputs {
+            coredns,
+            kubernetes,
+            rootfs,
+            images,
+        }),
+        (coredns, kubernetes, rootfs, images) => {
+            let missing: Vec<String> = [coredns.err(), kubernetes.err(), rootfs.err(), images.err()]
+                .into_iter()
+                .flatten()
+                .map(|e| format!("  - {e:#}"))
+                .collect();
+            Err(ArtifactsError::Missing(missing.join("\n")))
+        }
+    }
+}
+
+/// Publishes everything a node needs on `lab`'s artifact server and assembles the offline
+/// bundle; fails at once, naming the commands to run, when a build is missing from `cache`.
+pub fn publish(lab: &Lab, cache: &Cache) -> Result<LabArtifacts, ArtifactsError> {
+    let inputs = inputs(cache)?;
+    let offline_bundle = offline_bundle(cache, &inputs).map_err(ArtifactsError::Bundle)?;
+    let Inputs {
+        coredns,
+        kubernetes,
+        rootfs,
+        images,
+    } = inputs;
+    let base_url = lab.addrs().http_url();
+    let rootfs_name = file_name(&rootfs.tarball);
+    let images_dir = images
+        .dir
+        .join(CONTAINER_IMAGES_PATH.trim_start_matches('/'))
+        .join(oci::ARCH);
+    let published = vec![
+        (COREDNS_PATH.to_string(), coredns.release_root.clone()),
+        (KUBERNETES_PATH.to_string(), kubernetes.release_root.clone()),
+        (format!("{ROOTFS_PATH}/{rootfs_name}"), rootfs.tarball.clone()),
+        (
+            format!("{ROOTFS_PATH}/{rootfs_name}.sha256"),
+            rootfs.sha256_file.clone(),
+        ),
+        (format!("{CONTAINER_IMAGES_PATH}/{}", oci::ARCH), images_dir),
+    ];
+    for (url_path, file) in &published {
+        lab.http()
+            .publish(url_path, file)
+            .map_err(|source| ArtifactsError::Publish {
+                url_path: url_path.clone(),
+                source,
+            })?;
+    }
+    let url = |path: &str| format!("{base_url}{path}");
+    let container_images = [images.pause(), images.test_image()]
+        .into_iter()
+        .map(|image| ContainerImageConfig {
+            reference: Some(image.reference.clone()),
+            url: Some(url(&format!("/{}", image.file))),
+            sha256: Some(image.sha256.clone()),
+        })
+        .collect();
+    Ok(LabArtifacts {
+        downloads: DownloadsConfig {
+            kubernetes: Some(DownloadSource {
+                base_url: Some(url(KUBERNETES_PATH)),
+                version: Some(format!("v{}", kubernetes.version)),
+                ..Default::default()
+            }),
+            core_dns: Some(DownloadSource {
+                base_url: Some(url(COREDNS_PATH)),
+                version: Some(coredns.version.clone()),
+                ..Default::default()
+            }),
+        },
+        machine_image: MachineImageConfig {
+            url: Some(url(&format!("{ROOTFS_PATH}/{rootfs_name}"))),
+            sha256: Some(rootfs.sha256.clone()),
+        },
+        container_images,
+        pause_ref: oci::PAUSE_REF.to_string(),
+        test_image_ref: oci::TEST_IMAGE_REF.to_string(),
+        coredns_version: coredns.version,
+        kubernetes_version: kubernetes.version,
+        base_url,
+        published,
+        offline_bundle,
+    })
+}
+
+/// The bundle's key: the keys of everything in it, so it changes with any of them.
+fn bundle_key(inputs: &Inputs) -> RecipeKey {
+    let entry_key = |dir: &Path| dir.file_name().unwrap_or_default().to_string_lossy().into_owned();
+    RecipeKey::new(BUNDLE_KIND)
+        .with("layout", "offline-bundle-1")
+        .with("coredns", entry_key(&inputs.coredns.dir))
+        .with("kubernetes", entry_key(&inputs.kubernetes.dir))
+        .with("rootfs", entry_key(&inputs.rootfs.dir))
+        .with("oci", entry_key(&inputs.images.dir))
+}
+
+/// Assembles (once per set of inputs) the offline bundle from hard links into the cache.
+fn offline_bundle(cache: &Cache, inputs: &Inputs) -> anyhow::Result<PathBuf> {
+    let dir = cache.get_or_build(BUNDLE_KIND, &bundle_key(inputs), |out, _log| {
+        assemble_bundle(inputs, out)
+    })?;
+    Ok(dir)
+}
+
+fn assemble_bundle(inputs: &Inputs, out: &Path) -> anyhow::Result<()> {
+    let Inputs {
+        coredns,
+        kubernetes,
+        rootfs,
+        images,
+    } = inputs;
+    let coredns_bin = coredns::ARCH;
+    let mut files: Vec<(PathBuf, PathBuf)> = Vec::new();
+    let mut with_sidecar = |relative: PathBuf, source: PathBuf| {
+        files.push((sidecar(&relative), sidecar(&source)));
+        files.push((relative, source));
+    };
+    let spec = agent::artifact::source::COREDNS;
+    with_sidecar(
+        spec.bundle_path(&coredns.version, coredns_bin),
+        coredns.binary.clone(),
+    );
+    for spec in kubernetes::NODE_BINARIES {
+        with_sidecar(
+            spec.bundle_path(&kubernetes.version, kubernetes::ARCH),
+            kubernetes.offline_binary(&spec),
+        );
+    }
+    let rootfs_file = format!("rootfs/{}", file_name(&rootfs.tarball));
+    with_sidecar(PathBuf::from(&rootfs_file), rootfs.tarball.clone());
+    for image in [images.pause(), images.test_image()] {
+        with_sidecar(PathBuf::from(&image.file), images.path_of(image));
+    }
+    for (relative, source) in &files {
+        let dest = out.join(relative);
+        fs::create_dir_all(dest.parent().context("bundle path without a parent")?)?;
+        link_or_copy(source, &dest)?;
+    }
+    let [pause_version, busybox_version] = [images.pause(), images.test_image()].map(|i| {
+        crate::images::oci_layout::tag_of(&i.reference)
+            .unwrap_or_default()
+            .to_string()
+    });
+    let container_images = [images.pause(), images.test_image()]
+        .map(|i| serde_json::json!({ "Ref": i.reference, "File": i.file, "SHA256": i.sha256 }));
+    let manifest = serde_json::json!({
+        "versions": {
+            "coredns": coredns.version,
+            "kubernetes": kubernetes.version,
+            "pause": pause_version,
+            "busybox": busybox_version,
+        },
+        "machineImage": { "File": rootfs_file, "SHA256": rootfs.sha256 },
+        "containerImages": container_images,
+    });
+    fs::write(
+        out.join("manifest.json"),
+        serde_json::to_string_pretty(&manifest)? + "\n",
+    )?;
+    Ok(())
+}
+
+/// A hard link (the bundle lives in the same cache), else a copy.
+fn link_or_copy(source: &Path, dest: &Path) -> anyhow::Result<()> {
+    let source = fs::canonicalize(source).with_context(|| format!("{} is missing", source.display()))?;
+    if fs::hard_link(&source, dest).is_err() {
+        fs::copy(&source, dest)
+            .with_context(|| format!("copying {} to {}", source.display(), dest.display()))?;
+    }
+    Ok(())
+}
+
+fn sidecar(path: &Path) -> PathBuf {
+    let mut os = path.as_os_str().to_owned();
+    os.push(".sha256");
+    PathBuf::from(os)
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .unwrap_or_default()
+        .to_string_lossy()
+        .into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_builds_are_all_named_with_the_command_that_builds_them() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = Cache::at(tmp.path().to_path_buf()).unwrap();
+        let Err(err) = inputs(&cache) else {
+            panic!("an empty cache has every input")
+        };
+        let text = err.to_string();
+        for what in ["CoreDNS", "Kubernetes", "machine rootfs", "OCI images"] {
+            assert!(text.contains(what), "{what} not named in: {text}");
+        }
+        assert!(text.contains("harness images build"), "{text}");
+    }
+}

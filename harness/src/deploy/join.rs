@@ -1,0 +1,132 @@
+//! Joining a booted lab VM to its lab's cluster in one call, for `harness lab up` and
+//! `harness bench node`: publish the node artifacts, deploy the agent and run `start`, wait
+//! for the Node to be Ready; and the text telling a person how to reach the node.
+
+use std::time::{Duration, Instant, SystemTime};
+
+use k8s_openapi::api::core::v1::Node;
+
+use super::error::DeployError;
+use super::ready::{NotReady, ready_since, wait_node_ready};
+use super::{DeployedNode, deploy_node_as};
+use crate::artifacts::{ArtifactsError, LabArtifacts};
+use crate::cache::Cache;
+use crate::controlplane::ControlPlaneError;
+use crate::lab::Lab;
+use crate::node_config::NodeConfig;
+use crate::vm::Vm;
+
+/// The Node's deadline to become Ready once `start` returned, in VM command deadlines
+/// (30 s under KVM, 120 s under TCG): 2.5 min, 10 min.
+pub const READY_COMMAND_DEADLINES: u32 = 5;
+
+#[derive(Debug, thiserror::Error)]
+pub enum JoinError {
+    #[error("lab {lab} has no control plane")]
+    NoControlPlane { lab: String },
+    #[error(transparent)]
+    Artifacts(#[from] ArtifactsError),
+    #[error(transparent)]
+    Deploy(#[from] DeployError),
+    #[error("reaching the API server: {0}")]
+    Client(Box<ControlPlaneError>),
+    #[error("starting a tokio runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    #[error("{source}\nevidence in {}", evidence.display())]
+    NotReady {
+        #[source]
+        source: NotReady,
+        evidence: std::path::PathBuf,
+    },
+}
+
+/// A node that joined: its deployment, its Ready Node, and when things happened.
+#[derive(Debug, Clone)]
+pub struct Joined {
+    pub artifacts: LabArtifacts,
+    pub deployed: DeployedNode,
+    pub node: Node,
+    /// The host's clock when `start` was run.
+    pub started_at: SystemTime,
+    /// From running `start` to the Node's Ready condition turning True (the API server's
+    /// clock, whole seconds), or to the harness seeing it Ready when the condition has no time.
+    pub ready_after: Duration,
+}
+
+/// Publishes `lab`'s artifacts, deploys `node` onto `vm` and waits for the Node to be Ready.
+/// Evidence of a failure goes under `$LAB_ARTIFACTS_DIR/<test>/<vm>/`.
+pub fn join(lab: &Lab, vm: &Vm, node: &NodeConfig, cache: &Cache, test: &str) -> Result<Joined, JoinError> {
+    let cluster = lab
+        .cluster()
+        .ok_or_else(|| JoinError::NoControlPlane { lab: lab.name() })?;
+    let step = Instant::now();
+    let artifacts = crate::artifacts::publish(lab, cache)?;
+    eprintln!(
+        "==> node artifacts published at {} in {:.1}s",
+        artifacts.base_url,
+        step.elapsed().as_secs_f64()
+    );
+    let started_at = SystemTime::now();
+    let deployed = deploy_node_as(lab, vm, node, &artifacts, test)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(JoinError::Runtime)?;
+    let client = runtime
+        .block_on(cluster.client())
+        .map_err(|e| JoinError::Client(Box::new(e)))?;
+    let timeout = vm.deadlines().command * READY_COMMAND_DEADLINES;
+    let ready = match runtime.block_on(wait_node_ready(&client, &deployed.name, timeout)) {
+        Ok(ready) => ready,
+        Err(source) => {
+            let evidence = super::evidence::collect(vm, test, &source.to_string(), &[]);
+            return Err(JoinError::NotReady { source, evidence });
+        }
+    };
+    let ready_after = ready_since(&ready)
+        .and_then(|t| t.duration_since(started_at).ok())
+        .unwrap_or_else(|| started_at.elapsed().unwrap_or_default());
+    eprintln!(
+        "==> Node {} Ready {:.0}s after `start` began",
+        deployed.name,
+        ready_after.as_secs_f64()
+    );
+    Ok(Joined {
+        artifacts,
+        deployed,
+        node: ready,
+        started_at,
+        ready_after,
+    })
+}
+
+/// How to reach a joined node: a shell in the VM and in its machine, kubectl with the admin
+/// kubeconfig, the agent's config and output.
+pub fn how_to(lab: &Lab, vm: &Vm, joined: &Joined) -> String {
+    let name = vm.name();
+    let mut text = format!(
+        "Node {} is Ready (LocalDNS {}), node IP {}, pod CIDR {}.\n\
+         \x20 shell in the VM:       harness vm shell {name}            (leave with Ctrl-])\n\
+         \x20 shell in the machine:  harness vm exec {name} -- machinectl shell kube1 /bin/bash   (or `machinectl shell kube1` inside the VM shell)\n\
+         \x20 agent config:          /etc/unbounded/agent/config.json in the VM; `start` output in {}/\n",
+        joined.deployed.name,
+        if joined.deployed.config.local_dns.as_ref().and_then(|l| l.enabled) == Some(true) {
+            "on: localdns.service in machine kube1"
+        } else {
+            "off"
+        },
+        joined.deployed.node_ip,
+        joined.deployed.pod_cidr,
+        super::evidence::GUEST_LOG_DIR,
+    );
+    if let Some(cluster) = lab.cluster() {
+        text += &format!(
+            "  kubeconfig (admin):    {}\n\
+             \x20 kubectl:               {} --kubeconfig {} get nodes -o wide\n",
+            cluster.admin_kubeconfig.display(),
+            cluster.kubectl.display(),
+            cluster.admin_kubeconfig.display(),
+        );
+    }
+    text
+}

@@ -1,0 +1,44 @@
+//! [`LabValues`] of a running lab for one of its VMs: the cluster's (API server, CA, token,
+//! cluster DNS, version), the published artifacts', and the VM's own (address, pod CIDR).
+
+use crate::artifacts::LabArtifacts;
+use crate::controlplane::ClusterAccess;
+use crate::lab::{Lab, VmNic};
+use crate::node_config::LabValues;
+use crate::vm::{Net, Vm};
+
+use super::error::DeployError;
+use super::plan::pod_cidr;
+
+/// The values for the VM on `nic`.
+pub fn lab_values(cluster: &ClusterAccess, artifacts: &LabArtifacts, nic: &VmNic) -> LabValues {
+    LabValues {
+        api_server: cluster.api_server.clone(),
+        ca_cert_pem: cluster.ca_cert_pem.clone(),
+        bootstrap_token: cluster.bootstrap_token.clone(),
+        node_ip: nic.ip,
+        pod_cidr: pod_cidr(nic.index),
+        cluster_dns: cluster.cluster_dns,
+        kubernetes_version: cluster.kubernetes_version.clone(),
+        downloads: artifacts.downloads.clone(),
+        machine_image: Some(artifacts.machine_image.clone()),
+        container_images: artifacts.container_images.clone(),
+        offline_source: None,
+    }
+}
+
+/// The lab NIC `vm` is attached to (matched by its tap).
+pub fn nic_of(lab: &Lab, vm: &Vm) -> Result<VmNic, DeployError> {
+    let tap = match &vm.spec().net {
+        Net::Tap { ifname, .. } => ifname.clone(),
+        Net::User => "(none: user-mode networking)".into(),
+    };
+    lab.nics()
+        .into_iter()
+        .find(|nic| nic.tap == tap)
+        .ok_or_else(|| DeployError::NotInLab {
+            lab: lab.name(),
+            vm: vm.name().to_string(),
+            tap,
+        })
+}

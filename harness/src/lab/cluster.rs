@@ -1,0 +1,118 @@
+//! The lab's Kubernetes cluster: the control plane a lab starts when
+//! `LabSpec.control_plane` is set (processes in its namespace, see
+//! [`crate::controlplane`]), and the routes to each VM's pod CIDR.
+//!
+//! | what | where |
+//! |---|---|
+//! | API server | `https://192.168.<100+n>.1:6443`; on the host `https://127.0.0.1:<16443+n>` (a forwarder) |
+//! | admin kubeconfig for the host | `$LAB_RUN_DIR/lab-<n>/kubeconfig` |
+//! | PKI, etcd data, Corefile | `$LAB_RUN_DIR/lab-<n>/control-plane/` |
+//! | logs (`etcd.log`, `kube-apiserver.log`, ...) | `<lab log dir>/control-plane/` |
+//! | cluster DNS | `10.96.0.10:53` on the namespace's `lo` |
+//! | pod CIDR of VM `k` | `10.244.<k>.0/24` via `192.168.<100+n>.<10+k>` |
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use super::addr::LabAddrs;
+use super::error::LabError;
+use crate::cache::Cache;
+use crate::controlplane::{ControlPlane, ControlPlaneError, ControlPlaneSpec, ProcessControlPlane};
+use crate::images::{coredns, kubernetes};
+
+/// The images a control plane runs from, found before the lab is made.
+#[derive(Clone, Debug)]
+pub struct ClusterImages {
+    kubernetes: kubernetes::KubernetesArtifact,
+    coredns: PathBuf,
+}
+
+fn missing(err: anyhow::Error) -> LabError {
+    LabError::ControlPlane(Box::new(ControlPlaneError::MissingImage(format!(
+        "the lab's control plane cannot start: {err:#}"
+    ))))
+}
+
+/// Finds the cached Kubernetes binaries and CoreDNS; fails at once naming
+/// `harness images build` when one is missing.
+pub fn images() -> Result<ClusterImages, LabError> {
+    let cache = Cache::open().map_err(|e| missing(e.into()))?;
+    Ok(ClusterImages {
+        kubernetes: kubernetes::require(&cache).map_err(missing)?,
+        coredns: coredns::require(&cache).map_err(missing)?.binary,
+    })
+}
+
+/// `$LAB_RUN_DIR/lab-<n>/kubeconfig`: the admin kubeconfig usable from the host.
+pub fn admin_kubeconfig(run_dir: &Path) -> PathBuf {
+    run_dir.join("kubeconfig")
+}
+
+/// The Machina CRDs installed in every lab cluster: `<repo>/deploy/crd`.
+pub fn crd_dir() -> PathBuf {
+    crate::evidence::repo_root().join("deploy").join("crd")
+}
+
+/// Starts the process-based control plane of lab `addrs`.
+pub fn start(
+    images: &ClusterImages,
+    addrs: &LabAddrs,
+    run_dir: &Path,
+    log_dir: &Path,
+) -> Result<Box<dyn ControlPlane>, LabError> {
+    let spec = ControlPlaneSpec {
+        addrs: *addrs,
+        state_dir: run_dir.join("control-plane"),
+        log_dir: log_dir.join("control-plane"),
+        admin_kubeconfig: admin_kubeconfig(run_dir),
+        bin_dir: images.kubernetes.bin_dir.clone(),
+        kubernetes_version: format!("v{}", images.kubernetes.version),
+        coredns: images.coredns.clone(),
+        crd_dir: crd_dir(),
+        timeout: ControlPlaneSpec::default_timeout(),
+    };
+    let plane = ProcessControlPlane::start(&spec).map_err(|e| LabError::ControlPlane(Box::new(e)))?;
+    Ok(Box::new(plane))
+}
+
+/// The pod CIDR of VM `k`, `10.244.<k>.0/24`.
+pub fn pod_cidr(k: u8) -> String {
+    format!("10.244.{k}.0/24")
+}
+
+/// Routes VM `k`'s pod CIDR to the VM's address inside the lab namespace (idempotent), so
+/// the cluster DNS and the API server answer pods.
+pub fn route_pod_cidr(addrs: &LabAddrs, k: u8) -> Result<(), LabError> {
+    let via = addrs
+        .vm_ip(k)
+        .ok_or(LabError::TooManyVms {
+            lab: addrs.netns(),
+            max: super::addr::MAX_VMS,
+        })?
+        .to_string();
+    agent::exec::run(Command::new("ip").args([
+        "-n",
+        &addrs.netns(),
+        "route",
+        "replace",
+        &pod_cidr(k),
+        "via",
+        &via,
+    ]))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pod_cidr_follows_the_vm_index() {
+        assert_eq!(pod_cidr(0), "10.244.0.0/24");
+        assert_eq!(pod_cidr(7), "10.244.7.0/24");
+        assert_eq!(
+            admin_kubeconfig(Path::new("/run/unbounded-lab/lab-0")),
+            Path::new("/run/unbounded-lab/lab-0/kubeconfig")
+        );
+    }
+}

@@ -1,0 +1,430 @@
+//! Saved guest state, "boot once, resume many": the image is booted once to `READY`, paused
+//! and saved (QMP `stop` + `migrate` to `exec:zstd`: QEMU 7.2 has no `file:` migration), and
+//! every VM then starts with `-incoming` from that state on its own overlay.
+//!
+//! A state lives in the lab cache as `<cache>/vm-state/<key>/`:
+//!
+//! ```text
+//! booted.qcow2   the disk the guest booted with: an overlay of the image's disk, frozen
+//!                (read-only) — the middle layer under every resumed VM's own overlay
+//! state.zst      the migration stream (RAM and device state), zstd-compressed
+//! state.json     what the key was computed from ([`StateInputs`]), sizes and timings
+//! console.log    the serial console of the saved boot (a resumed VM's log starts with it)
+//! ```
+//!
+//! The key hashes everything the state is only valid with ([`StateInputs`]): the image's disk,
+//! kernel and initrd (path, size, mtime, inode) and its `image.json`, QEMU's version and binary,
+//! its firmware files, and the QEMU arguments that shape the machine (machine type,
+//! accelerator, CPU, memory, devices, kernel command line) with names and paths left out.
+//! Anything that changes gives a new key, so a new state is built (once, under the cache's
+//! lock); an entry whose recorded inputs do not match is stale: removed and rebuilt, never used.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use super::accel::Accel;
+use super::machine::Vm;
+use super::overlay;
+use super::qemu;
+use super::spec::{BootMode, Net, VmSpec};
+use crate::cache::{Cache, CacheError, RecipeKey};
+use crate::progress::Step;
+
+/// The cache kind of saved states.
+pub const KIND: &str = "vm-state";
+/// Bump when the way a state is taken or resumed changes.
+const STATE_VERSION: &str = "vm-state-1";
+/// The files of an entry.
+pub const DISK: &str = "booted.qcow2";
+pub const STREAM: &str = "state.zst";
+pub const INFO: &str = "state.json";
+pub const CONSOLE: &str = "console.log";
+
+/// Why a saved state cannot be had.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error(transparent)]
+    Cache(#[from] CacheError),
+    #[error("{what}: {why}")]
+    Input { what: String, why: String },
+    #[error("saved VM state {dir} is stale or broken: {why}")]
+    Stale { dir: PathBuf, why: String },
+    #[error("saved VM state {dir}: {source}")]
+    Io {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Everything a saved state depends on, as readable `name -> value` pairs: hashed into the
+/// key and recorded in `state.json`.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StateInputs(pub BTreeMap<String, String>);
+
+impl StateInputs {
+    /// The inputs of `spec`'s saved state under `accel`, from the files as they are now.
+    pub fn for_spec(spec: &VmSpec, accel: Accel) -> Result<StateInputs, StateError> {
+        let (version, binary, firmware) = qemu_identity()?;
+        let mut inputs = StateInputs::from_parts(spec, accel, &version, &binary, &firmware)?;
+        let image_json = spec.image.disk.parent().map(|d| d.join("image.json"));
+        if let Some(path) = image_json.filter(|p| p.is_file()) {
+            let text = fs::read_to_string(&path).map_err(|e| input(&path, e))?;
+            inputs.0.insert("image.json".into(), text);
+        }
+        Ok(inputs)
+    }
+
+    /// The inputs from explicit QEMU facts (tests vary them).
+    pub fn from_parts(
+        spec: &VmSpec,
+        accel: Accel,
+        qemu_version: &str,
+        qemu_binary: &str,
+        firmware: &str,
+    ) -> Result<StateInputs, StateError> {
+        let mut map = BTreeMap::new();
+        map.insert("state-version".into(), STATE_VERSION.into());
+        map.insert("qemu-version".into(), qemu_version.into());
+        map.insert("qemu-binary".into(), qemu_binary.into());
+        map.insert("firmware".into(), firmware.into());
+        map.insert("disk".into(), fingerprint(&spec.image.disk)?);
+        map.insert("kernel".into(), fingerprint(&spec.image.kernel)?);
+        map.insert("initrd".into(), fingerprint(&spec.image.initrd)?);
+        map.insert(
+            "qemu-args".into(),
+            qemu::profile_args(&template_spec(spec, "vmstate"), accel),
+        );
+        Ok(StateInputs(map))
+    }
+
+    /// The cache key.
+    pub fn key(&self) -> RecipeKey {
+        self.0
+            .iter()
+            .fold(RecipeKey::new(KIND), |key, (name, value)| key.with(name, value))
+    }
+
+    /// The names whose values differ from `other`'s (or exist in only one).
+    pub fn differences(&self, other: &StateInputs) -> Vec<String> {
+        let mut names: Vec<String> = self.0.keys().chain(other.0.keys()).cloned().collect();
+        names.sort();
+        names.dedup();
+        names.retain(|n| self.0.get(n) != other.0.get(n));
+        names
+    }
+}
+
+/// What `state.json` holds.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct StateInfo {
+    pub key: String,
+    pub inputs: StateInputs,
+    /// The base disk the middle layer is an overlay of.
+    pub base_disk: PathBuf,
+    /// QEMU start to `READY` of the saved boot.
+    pub boot_secs: f64,
+    /// `stop` to the end of the migration.
+    pub save_secs: f64,
+    pub stream_bytes: u64,
+    /// Unix time of the save.
+    pub saved_at: u64,
+}
+
+/// A usable saved state (its files exist and its inputs match the current ones).
+#[derive(Clone, Debug)]
+pub struct SavedState {
+    pub dir: PathBuf,
+    pub key: String,
+    pub info: StateInfo,
+}
+
+impl SavedState {
+    /// The read-only middle layer a resumed VM's overlay is backed by.
+    pub fn disk(&self) -> PathBuf {
+        self.dir.join(DISK)
+    }
+    /// The migration stream.
+    pub fn stream(&self) -> PathBuf {
+        self.dir.join(STREAM)
+    }
+    /// The saved boot's console log.
+    pub fn console(&self) -> PathBuf {
+        self.dir.join(CONSOLE)
+    }
+
+    /// The `-incoming` URI that loads this state.
+    pub fn incoming_uri(&self) -> Result<String, StateError> {
+        Ok(format!(
+            "exec:zstd -q -d -c {}",
+            shell_quote(&self.stream()).map_err(|why| self.stale(why))?
+        ))
+    }
+
+    /// Reads the entry at `dir` and checks it against `expected`: its files are there, its
+    /// recorded inputs are the expected ones.
+    pub fn load(dir: &Path, expected: &StateInputs) -> Result<SavedState, StateError> {
+        let stale = |why: String| StateError::Stale {
+            dir: dir.to_path_buf(),
+            why,
+        };
+        let text = fs::read_to_string(dir.join(INFO)).map_err(|e| stale(format!("{INFO}: {e}")))?;
+        let info: StateInfo = serde_json::from_str(&text).map_err(|e| stale(format!("{INFO}: {e}")))?;
+        let changed = expected.differences(&info.inputs);
+        if !changed.is_empty() {
+            return Err(stale(format!(
+                "it was saved with other {} than the VM has now",
+                changed.join(", ")
+            )));
+        }
+        for file in [DISK, STREAM] {
+            let len = fs::metadata(dir.join(file)).map(|m| m.len()).unwrap_or(0);
+            if len == 0 {
+                return Err(stale(format!("{file} is missing or empty")));
+            }
+        }
+        Ok(SavedState {
+            dir: dir.to_path_buf(),
+            key: info.key.clone(),
+            info,
+        })
+    }
+
+    fn stale(&self, why: String) -> StateError {
+        StateError::Stale {
+            dir: self.dir.clone(),
+            why,
+        }
+    }
+}
+
+/// The saved state for `spec` under `accel`: found in the cache, or built now by booting the
+/// image once (shown as progress; other processes wait for the same build).
+pub fn ensure(cache: &Cache, spec: &VmSpec, accel: Accel) -> Result<SavedState, StateError> {
+    let inputs = StateInputs::for_spec(spec, accel)?;
+    let key = inputs.key().hex();
+    prune(cache);
+    ensure_with(cache, spec, &inputs, |out, log| take(spec, accel, &key, out, log))
+}
+
+/// Removes the saved states whose base disk is gone (their image was rebuilt or removed):
+/// none of them can be used again. Best effort.
+pub fn prune(cache: &Cache) {
+    let Ok(entries) = fs::read_dir(cache.root().join(KIND)) else {
+        return;
+    };
+    for dir in entries.filter_map(|e| e.ok().map(|e| e.path())) {
+        let Ok(text) = fs::read_to_string(dir.join(INFO)) else {
+            continue;
+        };
+        let Ok(info) = serde_json::from_str::<StateInfo>(&text) else {
+            continue;
+        };
+        if !info.base_disk.exists() {
+            eprintln!(
+                "==> removing saved VM state {}: its image {} is gone",
+                dir.display(),
+                info.base_disk.display()
+            );
+            if let Err(err) = invalidate(cache, &dir) {
+                eprintln!("warning: {err}");
+            }
+        }
+    }
+}
+
+/// [`ensure`] with given inputs and a given way to produce an entry's files (`booted.qcow2`,
+/// `state.zst`, `console.log`; `take` returns the boot and save durations). `state.json` is
+/// written here. A stale entry is removed and built again once.
+pub fn ensure_with(
+    cache: &Cache,
+    spec: &VmSpec,
+    inputs: &StateInputs,
+    take: impl Fn(&Path, &Path) -> anyhow::Result<(Duration, Duration)>,
+) -> Result<SavedState, StateError> {
+    let key = inputs.key();
+    let mut last = None;
+    for _ in 0..2 {
+        let dir = cache.get_or_build(KIND, &key, |out, log| {
+            let (boot, save) = take(out, log)?;
+            let info = StateInfo {
+                key: key.hex(),
+                inputs: inputs.clone(),
+                base_disk: fs::canonicalize(&spec.image.disk).unwrap_or_else(|_| spec.image.disk.clone()),
+                boot_secs: boot.as_secs_f64(),
+                save_secs: save.as_secs_f64(),
+                stream_bytes: fs::metadata(out.join(STREAM)).map(|m| m.len()).unwrap_or(0),
+                saved_at: std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs())
+                    .unwrap_or(0),
+            };
+            fs::write(out.join(INFO), serde_json::to_string_pretty(&info)? + "\n")?;
+            Ok(())
+        })?;
+        match SavedState::load(&dir, inputs) {
+            Ok(state) => return Ok(state),
+            Err(err) => {
+                eprintln!("==> {err}: removing it and saving a new one");
+                invalidate(cache, &dir)?;
+                last = Some(err);
+            }
+        }
+    }
+    Err(last.expect("the loop ran"))
+}
+
+/// Removes a state entry (under the cache's lock for its key) so that it is built again.
+/// VMs already running from it keep their open files.
+pub fn invalidate(cache: &Cache, dir: &Path) -> Result<(), StateError> {
+    let io = |source| StateError::Io {
+        dir: dir.to_path_buf(),
+        source,
+    };
+    let key = dir.file_name().unwrap_or_default().to_string_lossy().into_owned();
+    let kind_dir = cache.root().join(KIND);
+    let lock = fs::File::create(kind_dir.join(format!("{key}.lock"))).map_err(io)?;
+    lock.lock().map_err(io)?;
+    let doomed = kind_dir.join(format!(".stale-{key}-{}", std::process::id()));
+    match fs::rename(dir, &doomed) {
+        Ok(()) => fs::remove_dir_all(&doomed).map_err(io),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io(e)),
+    }
+}
+
+/// The spec of the boot a state is taken from: `spec`'s image, memory, CPUs and accelerator,
+/// nothing else of it (no share, the template's network, no extra kernel arguments).
+pub fn template_spec(spec: &VmSpec, lab: &str) -> VmSpec {
+    let mut template = VmSpec::new(lab, "template", spec.image.clone());
+    template.memory_mib = spec.memory_mib;
+    template.cpus = spec.cpus;
+    template.accel = spec.accel;
+    template.net = Net::User;
+    template.boot_mode = Some(BootMode::Cold);
+    template
+}
+
+/// Boots the image once into `out`, waits for readiness, lets it settle, and saves it.
+fn take(
+    spec: &VmSpec,
+    accel: Accel,
+    key: &str,
+    out: &Path,
+    log: &Path,
+) -> anyhow::Result<(Duration, Duration)> {
+    let step = Step::start(format!("saved VM state {key}: booting the image once ({accel})"));
+    let disk = out.join(DISK);
+    overlay::create(&spec.image.disk, &disk)?;
+    let share = out.join("share");
+    fs::create_dir_all(&share)?;
+    let mut template = template_spec(spec, &format!("vmstate-{key}"));
+    template.accel = Some(accel);
+    let started = Instant::now();
+    let mut vm = Vm::boot_template(template, &disk, &share)?;
+    let boot = started.elapsed();
+    step.message(&format!(
+        "booted in {:.1}s; letting it settle",
+        boot.as_secs_f64()
+    ));
+    // Let the boot finish its jobs (so every clone does not redo them), then drop what must
+    // not be in the state: the 9p mount (QEMU refuses to migrate while it is mounted).
+    let settle = vm
+        .cmd("timeout 60 systemctl is-system-running --wait; umount /mnt/lab 2>/dev/null; sync; true")
+        .timeout(vm.deadlines().boot)
+        .run()?;
+    std::fs::write(log, settle.stdout_text())?;
+    step.message("saving (stop + migrate)");
+    let stream = out.join(STREAM);
+    let started = Instant::now();
+    vm.save(&format!(
+        "exec:zstd -q -1 -c > {}",
+        shell_quote(&stream).map_err(anyhow::Error::msg)?
+    ))?;
+    let save = started.elapsed();
+    let _ = fs::copy(vm.run_dir().console(), out.join(CONSOLE));
+    vm.shutdown()?;
+    fs::remove_dir(&share)?;
+    for file in [&disk, &stream] {
+        fs::set_permissions(file, fs::Permissions::from_mode(0o444))?;
+    }
+    let size = fs::metadata(&stream)?.len();
+    step.message(&format!("saved {} MB in {:.1}s", size >> 20, save.as_secs_f64()));
+    step.finish();
+    Ok((boot, save))
+}
+
+/// `'path'` for `/bin/sh`; paths with a quote are refused.
+fn shell_quote(path: &Path) -> Result<String, String> {
+    let text = path.display().to_string();
+    if text.contains('\'') {
+        return Err(format!("path {text} contains a quote"));
+    }
+    Ok(format!("'{text}'"))
+}
+
+fn input(path: &Path, e: impl std::fmt::Display) -> StateError {
+    StateError::Input {
+        what: path.display().to_string(),
+        why: e.to_string(),
+    }
+}
+
+/// A file's identity: canonical path, size, mtime (ns), inode and device. A rebuilt file
+/// (even with the same bytes) gets a new one; an unchanged file keeps it.
+pub fn fingerprint(path: &Path) -> Result<String, StateError> {
+    let meta = fs::metadata(path).map_err(|e| input(path, e))?;
+    let canonical = fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    Ok(format!(
+        "{} size={} mtime={}.{:09} ino={} dev={}",
+        canonical.display(),
+        meta.len(),
+        meta.mtime(),
+        meta.mtime_nsec(),
+        meta.ino(),
+        meta.dev()
+    ))
+}
+
+/// QEMU's version line, its binary's fingerprint, and the fingerprints of its firmware
+/// directories (BIOS and option ROMs are part of the saved machine). Computed once.
+fn qemu_identity() -> Result<(String, String, String), StateError> {
+    static IDENTITY: OnceLock<Result<(String, String, String), String>> = OnceLock::new();
+    IDENTITY
+        .get_or_init(|| {
+            let version = agent::exec::run_stdout(Command::new(qemu::QEMU).arg("--version"))
+                .map_err(|e| e.to_string())?;
+            let version = version.lines().next().unwrap_or_default().to_string();
+            let binary = which(qemu::QEMU).ok_or_else(|| format!("{} is not on PATH", qemu::QEMU))?;
+            let binary = fingerprint(&binary).map_err(|e| e.to_string())?;
+            let mut firmware = Vec::new();
+            for dir in ["/usr/share/qemu", "/usr/share/seabios"] {
+                let Ok(entries) = fs::read_dir(dir) else { continue };
+                let mut files: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+                files.sort();
+                for file in files.iter().filter(|f| f.is_file()) {
+                    let meta = fs::metadata(file).map_err(|e| e.to_string())?;
+                    firmware.push(format!("{} {} {}", file.display(), meta.len(), meta.mtime()));
+                }
+            }
+            Ok((version, binary, firmware.join("\n")))
+        })
+        .clone()
+        .map_err(|why| StateError::Input {
+            what: format!("identifying QEMU ({})", qemu::QEMU),
+            why,
+        })
+}
+
+fn which(program: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|dir| Path::new(dir).join(program))
+        .find(|p| p.is_file())
+}

@@ -1,0 +1,352 @@
+//! The lab's Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager,
+//! kube-scheduler, cluster DNS) as processes in the lab namespace: it comes up, the host's
+//! kubectl reaches it, the Machina CRDs are Established, a CSR made with only the bootstrap
+//! token is approved and signed, the cluster DNS answers, and teardown leaves nothing.
+//! Needs root and the cached Kubernetes and CoreDNS images (`harness images build`).
+
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use harness::controlplane::ClusterAccess;
+use harness::lab::{Lab, LabSpec, netns};
+use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestSpec};
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ObjectMeta, PostParams};
+
+const HARNESS: &str = env!("CARGO_BIN_EXE_harness");
+
+fn start(test: &str) -> Lab {
+    let started = Instant::now();
+    let lab = Lab::start(LabSpec {
+        control_plane: true,
+        ..LabSpec::for_test(test)
+    })
+    .unwrap_or_else(|e| panic!("starting a lab with a control plane for {test}: {e}"));
+    eprintln!(
+        "lab {} with its control plane up in {:.1?}",
+        lab.name(),
+        started.elapsed()
+    );
+    lab
+}
+
+/// Runs `argv` inside the lab's namespace; its stdout (fails on a non-zero exit).
+fn run_in(lab: &Lab, argv: &[&str]) -> String {
+    let mut cmd = lab.command(argv[0]);
+    cmd.args(&argv[1..]);
+    agent::exec::run_stdout(&mut cmd).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// `dig @10.96.0.10 <name> +short` from inside the lab namespace.
+fn cluster_dig(lab: &Lab, cluster: &ClusterAccess, name: &str) -> String {
+    let server = format!("@{}", cluster.cluster_dns);
+    run_in(lab, &["dig", &server, name, "A", "+short", "+tries=2", "+time=3"])
+        .trim()
+        .to_string()
+}
+
+/// The CRD names in `deploy/crd/*.yaml`.
+fn crd_names() -> Vec<String> {
+    let dir = harness::lab::cluster::crd_dir();
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .map(|p| {
+            let doc: serde_yaml_ng::Value =
+                serde_yaml_ng::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+            doc["metadata"]["name"].as_str().unwrap().to_string()
+        })
+        .collect();
+    names.sort();
+    assert!(!names.is_empty(), "no CRDs in {}", dir.display());
+    names
+}
+
+/// A CSR for `system:node:<node>` (O `system:nodes`), PEM, with a new P-256 key.
+fn node_csr_pem(node: &str) -> String {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::default();
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::OrganizationName, "system:nodes");
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, format!("system:node:{node}"));
+    params.serialize_request(&key).unwrap().pem().unwrap()
+}
+
+fn scaled(secs: u64) -> Duration {
+    let scale = std::env::var("LAB_TIMEOUT_SCALE")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(1.0);
+    Duration::from_secs_f64(secs as f64 * scale)
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn control_plane_serves_the_host_approves_bootstrap_csrs_answers_cluster_dns_and_leaves_nothing() {
+    let lab =
+        start("control_plane_serves_the_host_approves_bootstrap_csrs_answers_cluster_dns_and_leaves_nothing");
+    let cluster = lab
+        .cluster()
+        .expect("LabSpec.control_plane gives a cluster")
+        .clone();
+    let n = lab.number();
+    assert_eq!(
+        cluster.api_server,
+        format!("https://192.168.{}.1:6443", 100 + u32::from(n))
+    );
+    assert_eq!(cluster.cluster_dns, Ipv4Addr::new(10, 96, 0, 10));
+    assert_eq!(cluster.kubernetes_version, "v1.35.4");
+    assert!(
+        cluster.host_api_server.starts_with("https://127.0.0.1:"),
+        "{}",
+        cluster.host_api_server
+    );
+
+    // The real kubectl on the host, with the admin kubeconfig as it is.
+    let readyz = agent::exec::run_stdout(
+        Command::new(&cluster.kubectl)
+            .arg("--kubeconfig")
+            .arg(&cluster.admin_kubeconfig)
+            .args(["get", "--raw", "/readyz"]),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(readyz.trim(), "ok");
+    let version = agent::exec::run_stdout(cluster.kubectl().args(["version", "-o", "json"])).unwrap();
+    let version: serde_json::Value = serde_json::from_str(&version).unwrap();
+    assert_eq!(version["serverVersion"]["gitVersion"], "v1.35.4", "{version}");
+
+    // The Machina CRDs are Established.
+    let admin = cluster.client().await.unwrap_or_else(|e| panic!("{e}"));
+    let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
+    for name in crd_names() {
+        let crd = crds
+            .get(&name)
+            .await
+            .unwrap_or_else(|e| panic!("CRD {name}: {e}"));
+        let established = crd
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .into_iter()
+            .any(|c| c.type_ == "Established" && c.status == "True");
+        assert!(established, "CRD {name} is not Established");
+    }
+
+    // With only the bootstrap token: no admin rights, but a node client CSR gets approved and signed.
+    let bootstrap = cluster.bootstrap_client().await.unwrap_or_else(|e| panic!("{e}"));
+    let secrets: Api<Secret> = Api::namespaced(bootstrap.clone(), "kube-system");
+    let denied = secrets.list(&Default::default()).await;
+    assert!(
+        matches!(&denied, Err(kube::Error::Api(status)) if status.code == 403),
+        "the bootstrap token must not list Secrets: {denied:?}"
+    );
+    let node = format!("lab{n}-csr-node");
+    let csrs: Api<CertificateSigningRequest> = Api::all(bootstrap);
+    let csr = CertificateSigningRequest {
+        metadata: ObjectMeta {
+            generate_name: Some("node-csr-".into()),
+            ..Default::default()
+        },
+        spec: CertificateSigningRequestSpec {
+            request: k8s_openapi::ByteString(node_csr_pem(&node).into_bytes()),
+            signer_name: "kubernetes.io/kube-apiserver-client-kubelet".into(),
+            usages: Some(vec!["digital signature".into(), "client auth".into()]),
+            ..Default::default()
+        },
+        status: None,
+    };
+    let created = csrs
+        .create(&PostParams::default(), &csr)
+        .await
+        .unwrap_or_else(|e| panic!("creating a CSR with the bootstrap token: {e}"));
+    let csr_name = created.metadata.name.clone().unwrap();
+    let deadline = Instant::now() + scaled(90);
+    let (conditions, certificate) = loop {
+        let got = csrs.get(&csr_name).await.unwrap();
+        let status = got.status.unwrap_or_default();
+        let conditions = status.conditions.unwrap_or_default();
+        if let Some(certificate) = status.certificate {
+            break (conditions, certificate);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "CSR {csr_name} was not signed in time; conditions: {conditions:?}; see {}",
+            cluster.log_dir.join("kube-controller-manager.log").display()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let approved = conditions
+        .iter()
+        .find(|c| c.type_ == "Approved")
+        .unwrap_or_else(|| panic!("no Approved condition: {conditions:?}"));
+    assert_eq!(approved.status, "True");
+    assert_eq!(approved.reason.as_deref(), Some("AutoApproved"), "{approved:?}");
+    let pem = String::from_utf8(certificate.0).unwrap();
+    let (_, pem) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).unwrap();
+    let cert = pem.parse_x509().unwrap();
+    assert_eq!(
+        cert.subject().to_string(),
+        format!("O=system:nodes, CN=system:node:{node}")
+    );
+    assert_eq!(cert.issuer().to_string(), "CN=kubernetes");
+
+    // Cluster DNS at 10.96.0.10 inside the lab namespace: cluster names from the API
+    // server, every other name from the lab's upstream DNS server.
+    assert_eq!(
+        cluster_dig(&lab, &cluster, "kubernetes.default.svc.cluster.local"),
+        "10.96.0.1"
+    );
+    assert_eq!(
+        cluster_dig(&lab, &cluster, "kube-dns.kube-system.svc.cluster.local"),
+        "10.96.0.10"
+    );
+    lab.dns()
+        .set_a("web.lab.test", &[Ipv4Addr::new(10, 9, 8, 7)], 5)
+        .unwrap();
+    assert_eq!(cluster_dig(&lab, &cluster, "web.lab.test"), "10.9.8.7");
+    assert!(lab.dns().query_count("web.lab.test").unwrap() >= 1);
+
+    // Each VM's pod CIDR is routed to the VM.
+    let nic = lab.attach_vm().unwrap();
+    let route = run_in(&lab, &["ip", "-4", "route", "show", "10.244.0.0/24"]);
+    assert!(route.contains(&format!("via {}", nic.ip)), "{route}");
+
+    // Logs are evidence.
+    for name in [
+        "etcd",
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "coredns",
+    ] {
+        let log = cluster.log_dir.join(format!("{name}.log"));
+        let len = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
+        assert!(len > 0, "{} is empty or missing", log.display());
+    }
+
+    // Teardown: no process, no namespace, no forwarder, no kubeconfig.
+    let pids = lab.cluster_pids();
+    assert_eq!(pids.len(), 5, "{pids:?}");
+    let name = lab.name();
+    let port = cluster
+        .host_api_server
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse::<u16>()
+        .unwrap();
+    lab.shutdown().unwrap_or_else(|e| panic!("{e}"));
+    for pid in pids {
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists(),
+            "process {pid} survived the lab"
+        );
+    }
+    assert!(!netns::exists(&name), "namespace {name} survived");
+    assert!(
+        std::net::TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_err(),
+        "the API server forwarder on port {port} survived"
+    );
+    assert!(!cluster.admin_kubeconfig.exists());
+}
+
+/// A lab number nobody uses now (between the tests' slots and `lab_cli`'s range).
+fn unused_number() -> u8 {
+    let _lock = harness::lab::owner::lock().unwrap();
+    (60..100)
+        .find(|n| {
+            let name = format!("lab-{n}");
+            !netns::exists(&name) && !harness::lab::owner::run_dir(&name).exists()
+        })
+        .expect("a free lab number between 60 and 99")
+}
+
+#[test]
+fn lab_up_without_the_kubernetes_image_fails_at_once_naming_harness_images_build() {
+    let empty_cache = tempfile::tempdir().unwrap();
+    let n = unused_number().to_string();
+    let started = Instant::now();
+    let out = agent::exec::run_unchecked(
+        Command::new(HARNESS)
+            .args(["lab", "up", "--no-vm", "--control-plane", "--lab", &n])
+            .env("LAB_CACHE_DIR", empty_cache.path()),
+    )
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("harness images build"), "{stderr}");
+    assert!(stderr.contains("Kubernetes"), "{stderr}");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(
+        !netns::exists(&format!("lab-{n}")),
+        "a lab was made although the image is missing"
+    );
+}
+
+#[test]
+fn killed_lab_up_leaves_no_control_plane_process_and_lab_down_removes_the_rest() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+
+    let n = unused_number();
+    let name = format!("lab-{n}");
+    let mut child = Command::new(HARNESS)
+        .args(["lab", "up", "--no-vm", "--control-plane", "--lab", &n.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut seen = String::new();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            seen.push_str(&line);
+            seen.push('\n');
+            if line.contains("is running") {
+                let _ = tx.send(Ok(seen.clone()));
+            }
+        }
+        let _ = tx.send(Err(seen));
+    });
+    match rx.recv_timeout(scaled(180)) {
+        Ok(Ok(_)) => {}
+        Ok(Err(output)) => panic!("`harness lab up` ended before the lab ran:\n{output}"),
+        Err(_) => panic!("`harness lab up` did not report a running lab in time"),
+    }
+    let inode = netns::inode(&name).expect("the lab's namespace exists");
+    let pids = netns::pids_in(inode);
+    assert!(
+        pids.len() >= 5,
+        "expected the control plane's processes in {name}: {pids:?}"
+    );
+
+    // SIGKILL cannot be caught: the components die with their parent (PR_SET_PDEATHSIG).
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let deadline = Instant::now() + scaled(20);
+    while !netns::pids_in(inode).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let left: Vec<String> = netns::pids_in(inode).into_iter().map(netns::cmdline).collect();
+    assert!(left.is_empty(), "processes outlived their killed owner: {left:?}");
+    assert!(
+        netns::exists(&name),
+        "SIGKILL cannot clean up; the namespace stays for the sweep"
+    );
+    agent::exec::run(Command::new(HARNESS).args(["lab", "down", "--lab", &n.to_string()])).unwrap();
+    assert!(!netns::exists(&name));
+    assert!(!harness::lab::owner::run_dir(&name).exists());
+}

@@ -1,0 +1,188 @@
+//! NOTRACK really works (issue 6 item 7), in a lab VM on Debian's kernel with the listeners on the
+//! real `localdns` dummy link and our table applied by `agent::hostnet::apply`: under a burst of
+//! queries to both listeners over UDP and TCP, from the node's own namespace (our `output` chain)
+//! and from a peer namespace routed to the listeners (our `prerouting` chain, as pods' queries
+//! arrive), conntrack (Debian's `conntrack` tool) holds no entry for traffic to or from the
+//! listeners with `NOTRACKReplies` on; with it off, reply entries appear. Conntrack is made active
+//! in the node namespace first, as any stateful firewall would. A guest test (the `guest_` binary
+//! prefix): run by `harness/tests/lab_guest_tests.rs`.
+
+mod localdns_live_support;
+
+use std::net::Ipv4Addr;
+use std::process::Command;
+use std::time::Duration;
+
+use localdns_live_support::*;
+
+const CLIENT_SIDE: Ipv4Addr = Ipv4Addr::new(10, 55, 0, 9);
+const CLIENT: Ipv4Addr = Ipv4Addr::new(10, 55, 0, 10);
+const PER_KIND: usize = 25;
+
+/// Conntrack entries in the node namespace that involve a listener, as `conntrack -L` lists them.
+fn listener_entries(lab: &Lab) -> Vec<String> {
+    let out = run(lab.node.cmd("conntrack").arg("-L"));
+    out.lines()
+        .filter(|l| l.contains("169.254.10.10") || l.contains("169.254.10.11"))
+        .map(str::to_owned)
+        .collect()
+}
+
+fn burst(lab: &Lab) -> usize {
+    let mut answered = 0;
+    for (listener, name) in [
+        (NODE, "www.example.test"),
+        (CLUSTER, "kubernetes.default.svc.cluster.local"),
+    ] {
+        for tcp in [false, true] {
+            for _ in 0..PER_KIND {
+                match query(listener, name, tcp) {
+                    Ok(a) if !a.a.is_empty() => answered += 1,
+                    other => panic!(
+                        "query {name} to {listener} (tcp {tcp}): {other:?}\n{}",
+                        lab.logs()
+                    ),
+                }
+            }
+        }
+    }
+    answered
+}
+
+/// Runs the burst from the node and then from a routed peer; returns the listener entries left.
+fn entries_after_bursts(notrack_replies: bool) -> Bursts {
+    let lab = Lab::new(notrack_replies);
+    let client = Netns::new(
+        "p",
+        &format!("{}x{}", std::process::id() % 100_000, u8::from(notrack_replies)),
+    );
+    let (a, b) = (
+        format!("vp{}a", lab.node.name.trim_start_matches("h6n")),
+        format!("vp{}b", lab.node.name.trim_start_matches("h6n")),
+    );
+    run(Command::new("ip").args([
+        "link",
+        "add",
+        &a,
+        "netns",
+        &lab.node.name,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        &b,
+        "netns",
+        &client.name,
+    ]));
+    lab.node
+        .run(&["ip", "addr", "add", &format!("{CLIENT_SIDE}/30"), "dev", &a]);
+    client.run(&["ip", "addr", "add", &format!("{CLIENT}/30"), "dev", &b]);
+    lab.node.run(&["ip", "link", "set", &a, "up"]);
+    client.run(&["ip", "link", "set", &b, "up"]);
+    client.run(&[
+        "ip",
+        "route",
+        "add",
+        "169.254.10.0/24",
+        "via",
+        &CLIENT_SIDE.to_string(),
+    ]);
+    // A stateful firewall makes conntrack run in the namespace.
+    lab.node.run(&["nft", "add table inet h6_stateful"]);
+    lab.node.run(&[
+        "nft",
+        "add chain inet h6_stateful input { type filter hook input priority 0; policy accept; }",
+    ]);
+    lab.node.run(&[
+        "nft",
+        "add rule inet h6_stateful input ct state established,related accept",
+    ]);
+
+    let notify = NotifySocket::bind(lab.dir.path());
+    let _supervisor = lab.start_supervisor(&lab.supervisor_env(&[]), Some(&notify.path));
+    notify
+        .until("READY=1", Duration::from_secs(90))
+        .unwrap_or_else(|seen| panic!("no READY: {seen:?}\n{}", lab.logs()));
+    // Nothing from the supervisor's own checks may count: start from an empty table.
+    run(lab.node.cmd("conntrack").arg("-F"));
+
+    lab.node.enter();
+    let from_node = burst(&lab);
+    let after_node = listener_entries(&lab);
+    client.enter();
+    let from_peer = burst(&lab);
+    let after_peer = listener_entries(&lab);
+    assert_eq!(from_node + from_peer, 2 * 2 * 2 * PER_KIND);
+    // Positive control: conntrack does track in this namespace (a query from the node to the
+    // upstream, which no rule of ours covers, leaves an entry), so zero entries mean NOTRACK.
+    lab.node.enter();
+    query(UPSTREAM, "www.example.test", false).expect("the upstream answers the node");
+    let all = run(lab.node.cmd("conntrack").arg("-L"));
+    assert!(
+        all.contains(&format!("dst={UPSTREAM}")),
+        "conntrack is not active in the node namespace; entries:\n{all}"
+    );
+    let count = |entries: &[String], proto: &str| entries.iter().filter(|e| e.starts_with(proto)).count();
+    eprintln!(
+        "NOTRACKReplies={notrack_replies}: {} queries; listener entries after the node's burst: {} \
+         ({} udp, {} tcp), after the peer's: {} ({} udp, {} tcp)",
+        from_node + from_peer,
+        after_node.len(),
+        count(&after_node, "udp"),
+        count(&after_node, "tcp"),
+        after_peer.len(),
+        count(&after_peer, "udp"),
+        count(&after_peer, "tcp"),
+    );
+    Bursts {
+        after_node,
+        after_peer,
+    }
+}
+
+/// Listener entries in conntrack after the burst from the node, and after the one from the peer.
+struct Bursts {
+    after_node: Vec<String>,
+    after_peer: Vec<String>,
+}
+
+/// Entries of the listeners' replies (source a listener, port 53) to `client`.
+fn replies_to(entries: &[String], client: &str) -> usize {
+    entries
+        .iter()
+        .filter(|e| e.contains("sport=53") && e.contains("src=169.254.10.1") && e.contains(client))
+        .count()
+}
+
+#[test]
+fn with_reply_rules_no_conntrack_entry_exists_for_the_listeners() {
+    let bursts = entries_after_bursts(true);
+    assert!(
+        bursts.after_node.is_empty(),
+        "the node's own queries (output chain) left {} entries:\n{}",
+        bursts.after_node.len(),
+        bursts.after_node.join("\n")
+    );
+    assert!(
+        bursts.after_peer.is_empty(),
+        "the routed peer's queries (prerouting chain) left {} entries:\n{}",
+        bursts.after_peer.len(),
+        bursts.after_peer.join("\n")
+    );
+}
+
+#[test]
+fn with_request_rules_only_replies_leave_conntrack_entries() {
+    let bursts = entries_after_bursts(false);
+    // The node's queries come from a listener address itself; the peer's from CLIENT.
+    assert!(
+        replies_to(&bursts.after_node, "dst=169.254.10.1") > 0,
+        "expected reply entries for the node's own queries without NOTRACKReplies; got:\n{}",
+        bursts.after_node.join("\n")
+    );
+    assert!(
+        replies_to(&bursts.after_peer, &format!("dst={CLIENT} ")) > 0,
+        "expected reply entries for the peer's queries without NOTRACKReplies; got:\n{}",
+        bursts.after_peer.join("\n")
+    );
+}

@@ -1,0 +1,192 @@
+//! The cluster side of a scenario, through the API server with the admin client: an ordinary
+//! pod pinned to a node running to completion with its log (a Node becoming Ready is
+//! `harness::deploy::ready`'s, re-exported here).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Client;
+
+pub use harness::deploy::ready::{describe_conditions, node_is_ready, wait_node_ready};
+use kube::api::{Api, DeleteParams, LogParams, PostParams};
+
+/// How often the API server is asked again.
+const POLL: Duration = Duration::from_secs(2);
+
+/// What a scenario pod is: an ordinary pod on the pod network (not `hostNetwork`), pinned to
+/// `node` by `nodeName`, running `command` in `image` (`imagePullPolicy: Never`), once.
+pub fn test_pod(name: &str, node: &str, image: &str, command: &[&str]) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: Some(BTreeMap::from([(
+                "app.kubernetes.io/created-by".into(),
+                "unbounded-scenarios".into(),
+            )])),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            node_name: Some(node.into()),
+            host_network: Some(false),
+            restart_policy: Some("Never".into()),
+            automount_service_account_token: Some(false),
+            termination_grace_period_seconds: Some(1),
+            containers: vec![Container {
+                name: "main".into(),
+                image: Some(image.into()),
+                image_pull_policy: Some("Never".into()),
+                command: Some(command.iter().map(|s| s.to_string()).collect()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// A pod that ran to completion: its final state and log.
+#[derive(Debug, Clone)]
+pub struct FinishedPod {
+    pub pod: Pod,
+    pub log: String,
+}
+
+impl FinishedPod {
+    /// The pod's IP address (`status.podIP`).
+    pub fn ip(&self) -> Option<&str> {
+        self.pod.status.as_ref().and_then(|s| s.pod_ip.as_deref())
+    }
+}
+
+/// The pod's phase and its containers' states, for errors.
+pub fn describe_pod(pod: &Pod) -> String {
+    let Some(status) = &pod.status else {
+        return "no status yet".into();
+    };
+    let mut text = format!("phase {}", status.phase.as_deref().unwrap_or("-"));
+    for c in status.conditions.iter().flatten() {
+        text += &format!(
+            "; {}={}{}",
+            c.type_,
+            c.status,
+            c.message
+                .as_deref()
+                .map(|m| format!(" ({m})"))
+                .unwrap_or_default()
+        );
+    }
+    for cs in status.container_statuses.iter().flatten() {
+        let state = cs.state.as_ref();
+        if let Some(w) = state.and_then(|s| s.waiting.as_ref()) {
+            text += &format!(
+                "; container {} waiting: {} {}",
+                cs.name,
+                w.reason.as_deref().unwrap_or("-"),
+                w.message.as_deref().unwrap_or("")
+            );
+        }
+        if let Some(t) = state.and_then(|s| s.terminated.as_ref()) {
+            text += &format!(
+                "; container {} terminated: exit {} {}",
+                cs.name,
+                t.exit_code,
+                t.reason.as_deref().unwrap_or("")
+            );
+        }
+    }
+    text
+}
+
+/// Creates `pod` in `namespace` (retrying while the namespace's default ServiceAccount does
+/// not exist yet), waits for it to succeed and returns it with its log (`kubectl logs`
+/// through the API server). A failed pod is an error with its state and log.
+pub async fn run_pod(
+    client: &Client,
+    namespace: &str,
+    pod: &Pod,
+    timeout: Duration,
+) -> anyhow::Result<FinishedPod> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let name = pod.metadata.name.clone().context("the pod has no name")?;
+    let started = Instant::now();
+    // A pod left over from an earlier attempt would be a different pod.
+    let _ = pods.delete(&name, &DeleteParams::default()).await;
+    loop {
+        match pods.create(&PostParams::default(), pod).await {
+            Ok(_) => break,
+            Err(err) if started.elapsed() < timeout && is_retryable_create_error(&err) => {
+                tokio::time::sleep(POLL).await
+            }
+            Err(err) => return Err(err).with_context(|| format!("creating pod {namespace}/{name}")),
+        }
+    }
+    let mut last;
+    loop {
+        let current = pods
+            .get(&name)
+            .await
+            .with_context(|| format!("reading pod {namespace}/{name}"))?;
+        let phase = current
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.clone())
+            .unwrap_or_default();
+        match phase.as_str() {
+            "Succeeded" => {
+                let log = pods
+                    .logs(&name, &LogParams::default())
+                    .await
+                    .with_context(|| format!("reading the log of pod {namespace}/{name} (kubectl logs)"))?;
+                return Ok(FinishedPod { pod: current, log });
+            }
+            "Failed" => {
+                let log = pods
+                    .logs(&name, &LogParams::default())
+                    .await
+                    .unwrap_or_else(|e| format!("(no log: {e})"));
+                bail!(
+                    "pod {namespace}/{name} failed: {}\n--- log ---\n{log}",
+                    describe_pod(&current)
+                );
+            }
+            _ => last = describe_pod(&current),
+        }
+        if started.elapsed() >= timeout {
+            bail!(
+                "pod {namespace}/{name} did not finish within {:.0?}; last: {last}",
+                started.elapsed()
+            );
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Pod creation errors that go away by themselves right after the cluster starts.
+fn is_retryable_create_error(err: &kube::Error) -> bool {
+    let text = err.to_string();
+    text.contains("serviceaccount") || text.contains("service account") || text.contains("not found")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn the_test_pod_is_pinned_ordinary_and_never_pulls() {
+        let pod = test_pod(
+            "p",
+            "localdns",
+            "lab.local/test:1",
+            &["/bin/busybox", "echo", "hi"],
+        );
+        let spec = pod.spec.unwrap();
+        assert_eq!(spec.node_name.as_deref(), Some("localdns"));
+        assert_eq!(spec.host_network, Some(false));
+        let c = &spec.containers[0];
+        assert_eq!(c.image_pull_policy.as_deref(), Some("Never"));
+        assert_eq!(c.image.as_deref(), Some("lab.local/test:1"));
+        assert_eq!(c.command.as_ref().unwrap()[0], "/bin/busybox");
+    }
+}

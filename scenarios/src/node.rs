@@ -1,0 +1,226 @@
+//! [`JoinedNode`]: a lab with its control plane, the node artifacts published, one VM booted
+//! for a node config and the agent deployed and started on it — the start of every scenario
+//! about a node in the cluster.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use harness::artifacts::LabArtifacts;
+use harness::controlplane::ClusterAccess;
+use harness::deploy::DeployedNode;
+use harness::lab::{Lab, LabSpec};
+use harness::node_config::NodeConfig;
+use harness::vm::{BootImage, Vm};
+
+/// A node that joined (its `start` finished) with what a scenario needs to check it. Fields drop
+/// in order: the VM (collecting evidence if the test panicked), then the lab.
+pub struct JoinedNode {
+    pub vm: Vm,
+    pub lab: Lab,
+    pub node: NodeConfig,
+    pub test: String,
+    pub artifacts: LabArtifacts,
+    pub deployed: DeployedNode,
+    pub client: kube::Client,
+    runtime: tokio::runtime::Runtime,
+}
+
+/// Prints a step's time (scenarios are long; the output shows where the time goes).
+fn step<T>(what: &str, f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<T> {
+    let started = Instant::now();
+    eprintln!("==> {what} ...");
+    let value = f().with_context(|| what.to_string())?;
+    eprintln!("==> {what}: done in {:.1}s", started.elapsed().as_secs_f64());
+    Ok(value)
+}
+
+impl JoinedNode {
+    /// Lab with control plane → artifacts published → VM booted → agent deployed and `start`
+    /// run. Each step's failure names the step; a deploy failure carries its evidence path.
+    pub fn join(node_config: &Path) -> anyhow::Result<JoinedNode> {
+        let test = crate::test_name();
+        let node = NodeConfig::load(node_config)?;
+        let cache = harness::cache::Cache::open()?;
+        let image = harness::images::host::require(&cache)?;
+        let lab = step("starting the lab with its control plane", || {
+            Ok(Lab::start(LabSpec {
+                control_plane: true,
+                ..LabSpec::for_test(&test)
+            })?)
+        })?;
+        let artifacts = step("publishing the node artifacts", || {
+            Ok(harness::artifacts::publish(&lab, &cache)?)
+        })?;
+        let vm = step(&format!("booting VM {}", node.name()), || {
+            Ok(lab.add_vm(node.name(), BootImage::from(&image))?)
+        })?;
+        let deployed = step(&format!("deploying the agent to {}", node.name()), || {
+            Ok(harness::deploy::deploy_node(&lab, &vm, &node, &artifacts)?)
+        })?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("starting a tokio runtime")?;
+        let cluster = lab.cluster().context("the lab has no control plane")?.clone();
+        let client = runtime.block_on(cluster.client())?;
+        Ok(JoinedNode {
+            vm,
+            lab,
+            node,
+            test,
+            artifacts,
+            deployed,
+            client,
+            runtime,
+        })
+    }
+
+    /// Joins a node for `node_config`, runs `case` on it and shuts everything down. When the
+    /// join or the case fails, the node's evidence (VM, machine, kubelet, cluster objects and
+    /// control plane logs) is saved under `$LAB_ARTIFACTS_DIR/<test>/` and its path printed.
+    pub fn run_case(
+        node_config: &Path,
+        case: impl FnOnce(&mut JoinedNode) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        let mut node = JoinedNode::join(node_config)?;
+        if let Err(err) = case(&mut node) {
+            let dir = node.collect_evidence(&format!("{err:#}"));
+            return Err(err.context(format!("evidence in {}", dir.display())));
+        }
+        node.shutdown()
+    }
+
+    /// The cluster of the lab.
+    pub fn cluster(&self) -> &ClusterAccess {
+        self.lab
+            .cluster()
+            .expect("a joined node's lab has a control plane")
+    }
+
+    /// Runs a future (kube calls) to completion.
+    pub fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {
+        self.runtime.block_on(future)
+    }
+
+    /// A deadline scaled for the VM's accelerator: `n` times its command deadline
+    /// (30 s under KVM, 120 s under TCG).
+    pub fn deadline(&self, n: u32) -> Duration {
+        self.vm.deadlines().command * n
+    }
+
+    /// The one machine running on the node (`kube1` after a first install).
+    pub fn machine(&self) -> anyhow::Result<String> {
+        let list = self.vm.run("machinectl list --no-legend")?;
+        let names: Vec<&str> = list.lines().filter_map(|l| l.split_whitespace().next()).collect();
+        match names.as_slice() {
+            [one] => Ok(one.to_string()),
+            _ => anyhow::bail!("expected one running machine, `machinectl list` shows {names:?}"),
+        }
+    }
+
+    /// `systemctl --machine=<m> <args>` on the node, whatever its exit status: (status code, stdout).
+    pub fn machine_systemctl(&self, machine: &str, args: &str) -> anyhow::Result<(Option<i64>, String)> {
+        let out = self
+            .vm
+            .run_unchecked(&format!("systemctl --machine={machine} {args}"))?;
+        let code = match out.status {
+            harness::vm::ExitKind::Code(c) => Some(c),
+            _ => None,
+        };
+        Ok((code, out.stdout_text()))
+    }
+
+    /// Saves the node's evidence (deploy extras, Nodes, Pods and Events as JSON, control plane
+    /// logs) and returns its directory.
+    pub fn collect_evidence(&self, reason: &str) -> PathBuf {
+        let dir = harness::deploy::evidence::collect(&self.vm, &self.test, reason, &[]);
+        let cluster_dir = harness::evidence::test_dir(&self.test).join("cluster");
+        if let Err(err) = self.save_cluster_objects(&cluster_dir) {
+            eprintln!(
+                "error: saving cluster objects to {}: {err:#}",
+                cluster_dir.display()
+            );
+        }
+        if let Some(cluster) = self.lab.cluster() {
+            copy_dir(&cluster.log_dir, &cluster_dir.join("logs"));
+        }
+        eprintln!("==> cluster evidence in {}", cluster_dir.display());
+        dir
+    }
+
+    fn save_cluster_objects(&self, dir: &Path) -> anyhow::Result<()> {
+        use k8s_openapi::api::core::v1::{Event, Node, Pod};
+        use kube::api::{Api, ListParams};
+        std::fs::create_dir_all(dir)?;
+        let lp = ListParams::default();
+        let c = &self.client;
+        let save = |name: &str, value: anyhow::Result<serde_json::Value>| {
+            let text = match value {
+                Ok(v) => serde_json::to_string_pretty(&v).unwrap_or_default(),
+                Err(e) => format!("(failed: {e:#})"),
+            };
+            std::fs::write(dir.join(name), text)
+        };
+        let nodes = self.block_on(Api::<Node>::all(c.clone()).list(&lp));
+        save(
+            "nodes.json",
+            nodes
+                .map_err(Into::into)
+                .and_then(|l| Ok(serde_json::to_value(l.items)?)),
+        )?;
+        let pods = self.block_on(Api::<Pod>::all(c.clone()).list(&lp));
+        save(
+            "pods.json",
+            pods.map_err(Into::into)
+                .and_then(|l| Ok(serde_json::to_value(l.items)?)),
+        )?;
+        let events = self.block_on(Api::<Event>::all(c.clone()).list(&lp));
+        save(
+            "events.json",
+            events
+                .map_err(Into::into)
+                .and_then(|l| Ok(serde_json::to_value(l.items)?)),
+        )?;
+        Ok(())
+    }
+
+    /// Stops the VM, then the lab, and checks that nothing of either is left.
+    pub fn shutdown(self) -> anyhow::Result<()> {
+        let JoinedNode {
+            vm,
+            lab,
+            runtime,
+            client,
+            ..
+        } = self;
+        drop(client);
+        drop(runtime);
+        vm.shutdown()?;
+        lab.shutdown()?;
+        Ok(())
+    }
+}
+
+/// Copies the files of `from` into `to` (best effort, errors printed).
+fn copy_dir(from: &Path, to: &Path) {
+    let entries = match std::fs::read_dir(from) {
+        Ok(entries) => entries,
+        Err(err) => {
+            eprintln!("error: reading {}: {err}", from.display());
+            return;
+        }
+    };
+    if let Err(err) = std::fs::create_dir_all(to) {
+        eprintln!("error: creating {}: {err}", to.display());
+        return;
+    }
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_file()
+            && let Err(err) = std::fs::copy(&path, to.join(entry.file_name()))
+        {
+            eprintln!("error: copying {}: {err}", path.display());
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! Scenario `bootstrap`: the agent, deployed into a lab VM, provisions its nspawn machine and
+//! the node joins the lab's cluster — the Node registers and becomes Ready, `localdns.service`
+//! runs in the machine (and does not exist with LocalDNS off), and an ordinary pod runs on the
+//! node with its log readable through the API server (`kubectl logs`).
+
+use std::net::Ipv4Addr;
+use std::time::Instant;
+
+use anyhow::{Context, bail, ensure};
+use rstest::rstest;
+use scenarios::cluster::{run_pod, test_pod, wait_node_ready};
+use scenarios::node::JoinedNode;
+
+#[rstest]
+#[case::localdns("localdns.json")]
+#[case::localdns_off("localdns-off.json")]
+fn node_joins_becomes_ready_and_runs_a_pod_with_a_readable_log(#[case] file: &str) -> anyhow::Result<()> {
+    let node_config = harness::evidence::repo_root().join("node-configs").join(file);
+    JoinedNode::run_case(&node_config, bootstrap)
+}
+
+fn bootstrap(node: &mut JoinedNode) -> anyhow::Result<()> {
+    let name = node.deployed.name.clone();
+
+    // The Node registers with the VM's lab address and the node config's labels, and is Ready.
+    let waited = Instant::now();
+    let ready = node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
+    eprintln!(
+        "==> Node {name} Ready {:.1}s after `start` returned",
+        waited.elapsed().as_secs_f64()
+    );
+    let addresses = ready
+        .status
+        .as_ref()
+        .and_then(|s| s.addresses.clone())
+        .unwrap_or_default();
+    let internal: Vec<&str> = addresses
+        .iter()
+        .filter(|a| a.type_ == "InternalIP")
+        .map(|a| a.address.as_str())
+        .collect();
+    let node_ip = node.deployed.node_ip.to_string();
+    ensure!(
+        internal == [node_ip.as_str()],
+        "Node {name} has InternalIP {internal:?}, expected the VM's lab address {}",
+        node.deployed.node_ip
+    );
+    let labels = ready.metadata.labels.clone().unwrap_or_default();
+    for (key, value) in &node.node.node_labels {
+        ensure!(
+            labels.get(key) == Some(value),
+            "Node {name} lacks label {key}={value}: {labels:?}"
+        );
+    }
+
+    // LocalDNS in the machine: active when enabled, absent when not.
+    let machine = node.machine()?;
+    ensure!(
+        machine == "kube1",
+        "a first install runs in slot kube1, not {machine}"
+    );
+    let (status, active) = node.machine_systemctl(&machine, "is-active localdns.service")?;
+    let (_, load) = node.machine_systemctl(&machine, "show -p LoadState --value localdns.service")?;
+    if node.node.local_dns {
+        ensure!(
+            status == Some(0) && active.trim() == "active",
+            "localdns.service in {machine} is {:?} (exit {status:?}), expected active",
+            active.trim()
+        );
+    } else {
+        ensure!(
+            load.trim() == "not-found",
+            "with LocalDNS off, localdns.service must not exist in {machine}; its LoadState is {:?}",
+            load.trim()
+        );
+    }
+
+    // An ordinary pod (pod network, not hostNetwork, image never pulled) runs on the node and
+    // its log comes back through the API server.
+    let marker = format!("bootstrap-pod-on-{name}");
+    let script = format!("echo {marker}; echo ip=$(hostname -i)");
+    let pod = test_pod(
+        "bootstrap",
+        &name,
+        &node.artifacts.test_image_ref,
+        &["/bin/sh", "-c", &script],
+    );
+    let started = Instant::now();
+    let finished = node
+        .block_on(run_pod(&node.client, "default", &pod, node.deadline(3)))
+        .context("running the bootstrap pod")?;
+    eprintln!(
+        "==> pod ran and its log was read in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    ensure!(
+        finished.log.lines().next() == Some(marker.as_str()),
+        "the pod's log does not start with {marker:?}:\n{}",
+        finished.log
+    );
+    let pod_ip: Ipv4Addr = finished
+        .ip()
+        .context("the finished pod has no podIP")?
+        .parse()
+        .context("the pod's IP is not IPv4")?;
+    let cidr = &node.deployed.pod_cidr;
+    if !in_cidr(pod_ip, cidr)? {
+        bail!("pod IP {pod_ip} is not in the node's pod CIDR {cidr} (hostNetwork would give the node IP)");
+    }
+    ensure!(
+        finished.log.contains(&format!("ip={pod_ip}")),
+        "the pod saw another address than its podIP {pod_ip}:\n{}",
+        finished.log
+    );
+    Ok(())
+}
+
+/// Whether `ip` lies in `cidr` (`a.b.c.d/n`).
+fn in_cidr(ip: Ipv4Addr, cidr: &str) -> anyhow::Result<bool> {
+    let (net, len) = cidr.split_once('/').context("a CIDR has a /")?;
+    let net: Ipv4Addr = net.parse()?;
+    let len: u32 = len.parse()?;
+    let mask = u32::MAX.checked_shl(32 - len).unwrap_or(0);
+    Ok(u32::from(ip) & mask == u32::from(net) & mask)
+}
+
+#[test]
+fn in_cidr_takes_the_prefix_length_into_account() {
+    let ip = |s: &str| s.parse::<Ipv4Addr>().unwrap();
+    assert!(in_cidr(ip("10.244.0.7"), "10.244.0.0/24").unwrap());
+    assert!(!in_cidr(ip("10.244.1.7"), "10.244.0.0/24").unwrap());
+    assert!(!in_cidr(ip("192.168.101.10"), "10.244.0.0/24").unwrap());
+}
