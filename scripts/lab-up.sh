@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # The README's main command: prepares the machine, builds the harness and the
 # agent (the same debug build the tests use, so they share one cache), builds
-# the lab's images, then runs `harness lab up` (a lab with one VM, kept until
-# Ctrl-C or `harness lab down`). Arguments go to `harness lab up`, e.g.
+# the lab's images and artifacts, then runs `harness lab up`: a lab with its
+# control plane and one VM, the agent deployed into it and started, waiting
+# until the Node is Ready (LocalDNS running in its machine), then printing how
+# to get a shell into the VM and its machine and the admin kubeconfig's path.
+# The lab stays until Ctrl-C or `harness lab down`. Arguments go to
+# `harness lab up`, e.g.
 #   scripts/lab-up.sh node-configs/localdns-off.json
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"

@@ -56,7 +56,7 @@ pub enum ArtifactsError {
 }
 
 /// What a node config needs from the published artifacts (see `harness::node_config::LabValues`).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize)]
 pub struct LabArtifacts {
     /// `http://192.168.<100+n>.1:8080`.
     pub base_url: String,

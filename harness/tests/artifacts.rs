@@ -3,14 +3,15 @@
 //! would) and verifies against what the cache built; the offline bundle alone resolves every
 //! one of them; a missing build fails at once naming `harness images build`.
 //!
-//! Needs root (network namespaces) and the builds of `harness images build` and
-//! `harness images kubernetes` in the lab cache; no VM.
+//! Needs root (network namespaces) and the builds of `harness images build` in the lab cache;
+//! no VM.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use agent::artifact::pinned::{self, PinnedRequest};
 use agent::artifact::source::{ArtifactSpec, COREDNS, KUBECTL, KUBELET, resolve_online};
-use agent::artifact::{Expected, FetchOptions, Fetcher, Location, Resolved, checksum, offline};
+use agent::artifact::{FetchOptions, Fetcher, Resolved, checksum, offline};
 use harness::artifacts::{LabArtifacts, publish};
 use harness::cache::Cache;
 use harness::images::{coredns, kubernetes, oci, rootfs};
@@ -48,35 +49,52 @@ fn install(spec: &ArtifactSpec, resolved: &Resolved, dest: &Path) -> Result<Fetc
     })
 }
 
-/// A file artifact with a pinned sha256 (rootfs, OCI archive): the digest the agent expects,
-/// the same from the `.sha256` sidecar, then the download's digest.
-fn download(field: &str, url: &str, sha256: &str, dest: &Path) -> Result<Fetched, String> {
+/// A file artifact pinned by digest (rootfs, OCI archive) through the agent's `pinned` code,
+/// online (`bundle` `None`) or from the offline bundle; its `.sha256` sidecar must agree.
+fn download(request: &PinnedRequest, bundle: Option<&Path>, dest: &Path) -> Result<Fetched, String> {
     let fetcher = Fetcher::new(FetchOptions::default());
-    let location = Location::parse(field, url).map_err(|e| e.to_string())?;
-    let resolved = |expected| Resolved {
-        location: location.clone(),
-        version: String::new(),
-        arch: "amd64".into(),
-        expected,
-        bundle: None,
+    let what = |e: agent::artifact::ArtifactError| format!("{}: {e}", request.field);
+    let resolved = request.resolve(bundle, "amd64").map_err(what)?;
+    let unpinned = PinnedRequest {
+        sha256: None,
+        ..request.clone()
     };
-    let pinned = agent::artifact::expected_sha256(&resolved(Expected::Pinned(sha256.into())), &fetcher)
-        .map_err(|e| e.to_string())?;
-    let sidecar = agent::artifact::expected_sha256(&resolved(Expected::Sidecar), &fetcher)
-        .map_err(|e| e.to_string())?;
-    if pinned != sidecar {
-        return Err(format!("{url}: pinned {pinned} but its .sha256 says {sidecar}"));
+    let sidecar =
+        agent::artifact::expected_sha256(&unpinned.resolve(bundle, "amd64").map_err(what)?, &fetcher)
+            .map_err(what)?;
+    if Some(&sidecar) != request.sha256.as_ref() {
+        return Err(format!(
+            "{}: pinned {:?} but its .sha256 says {sidecar}",
+            request.field, request.sha256
+        ));
     }
-    let mut file = fs::File::create(dest).map_err(|e| e.to_string())?;
-    fetcher
-        .fetch_into(&location, &mut file, fetcher.options().max_bytes)
-        .map_err(|e| e.to_string())?;
+    let installed =
+        pinned::install_data_file(&request.name, &resolved, dest, 0o644, &fetcher).map_err(what)?;
     let actual = checksum::sha256_file(dest).map_err(|e| e.to_string())?;
     Ok(Fetched {
-        source: url.to_string(),
-        source_sha256: actual.clone(),
+        source: installed.source,
+        source_sha256: installed.source_sha256,
         sha256: actual,
     })
+}
+
+/// The pinned requests the node config's `MachineImage` and `ContainerImages` give.
+fn pinned_requests(artifacts: &LabArtifacts) -> Vec<PinnedRequest> {
+    let machine = &artifacts.machine_image;
+    let mut requests = vec![PinnedRequest::machine_image(
+        machine.url.as_deref().unwrap_or_default(),
+        machine.sha256.as_deref().unwrap_or_default(),
+    )];
+    for (i, image) in artifacts.container_images.iter().enumerate() {
+        requests.push(PinnedRequest::container_image(
+            i,
+            image.reference.as_deref().unwrap_or_default(),
+            image.url.as_deref(),
+            image.sha256.as_deref(),
+            "amd64",
+        ));
+    }
+    requests
 }
 
 /// Everything the agent would fetch online, fetched from inside the lab's namespace.
@@ -94,26 +112,9 @@ fn fetch_all(artifacts: &LabArtifacts, dir: &Path) -> Result<Vec<(String, Fetche
             resolve_online(&spec, downloads.kubernetes.as_ref(), None, "amd64").map_err(|e| e.to_string())?;
         out.push((spec.name.into(), install(&spec, &resolved, &dir.join(spec.name))?));
     }
-    let machine = &artifacts.machine_image;
-    out.push((
-        "rootfs".into(),
-        download(
-            "MachineImage.URL",
-            machine.url.as_deref().unwrap_or_default(),
-            machine.sha256.as_deref().unwrap_or_default(),
-            &dir.join("rootfs.tar.gz"),
-        )?,
-    ));
-    for (i, image) in artifacts.container_images.iter().enumerate() {
-        out.push((
-            image.reference.clone().unwrap_or_default(),
-            download(
-                &format!("ContainerImages[{i}].URL"),
-                image.url.as_deref().unwrap_or_default(),
-                image.sha256.as_deref().unwrap_or_default(),
-                &dir.join(format!("image-{i}.tar")),
-            )?,
-        ));
+    for (i, request) in pinned_requests(artifacts).iter().enumerate() {
+        let fetched = download(request, None, &dir.join(format!("pinned-{i}")))?;
+        out.push((request.name.clone(), fetched));
     }
     Ok(out)
 }
@@ -214,27 +215,32 @@ fn offline_bundle_alone_holds_every_artifact_the_node_config_names() {
     let manifest: serde_json::Value =
         serde_json::from_str(&fs::read_to_string(bundle.join("manifest.json")).unwrap()).unwrap();
     assert_eq!(manifest["versions"]["pause"], "3.10.1");
-    // The files the online config names are in the bundle under their spec §4 paths.
+    // The files the online config names resolve in the bundle alone (spec §4 paths).
+    for (i, request) in pinned_requests(&artifacts).iter().enumerate() {
+        let got = download(request, Some(bundle), &work.path().join(format!("pinned-{i}"))).unwrap();
+        assert_eq!(Some(&got.sha256), request.sha256.as_ref(), "{}", request.field);
+        assert!(
+            got.source.starts_with(&bundle.display().to_string()),
+            "{}",
+            got.source
+        );
+    }
     let machine = &artifacts.machine_image;
     let name = machine.url.as_deref().unwrap().rsplit('/').next().unwrap();
-    let rootfs = bundle.join("rootfs").join(name);
+    assert_eq!(manifest["machineImage"]["File"], format!("rootfs/{name}"));
     assert_eq!(
-        checksum::sha256_file(&rootfs).unwrap(),
+        manifest["machineImage"]["SHA256"],
         machine.sha256.clone().unwrap()
     );
-    assert_eq!(sidecar_hex(&rootfs), machine.sha256.clone().unwrap());
-    assert_eq!(manifest["machineImage"]["File"], format!("rootfs/{name}"));
     for (i, image) in artifacts.container_images.iter().enumerate() {
-        let name = image.url.as_deref().unwrap().rsplit('/').next().unwrap();
-        let path = bundle.join("container-images/amd64").join(name);
-        let sha = image.sha256.clone().unwrap();
-        assert_eq!(checksum::sha256_file(&path).unwrap(), sha, "{}", path.display());
-        assert_eq!(sidecar_hex(&path), sha);
         assert_eq!(
             manifest["containerImages"][i]["Ref"],
             image.reference.clone().unwrap()
         );
-        assert_eq!(manifest["containerImages"][i]["SHA256"], sha);
+        assert_eq!(
+            manifest["containerImages"][i]["SHA256"],
+            image.sha256.clone().unwrap()
+        );
     }
     // Shareable as it is: no symlink anywhere in it.
     let mut stack = vec![bundle.to_path_buf()];

@@ -295,7 +295,7 @@ fn lab_up_without_the_kubernetes_image_fails_at_once_naming_harness_images_build
 }
 
 #[test]
-fn killed_lab_up_leaves_no_control_plane_process_and_lab_down_removes_the_rest() {
+fn lab_up_prints_a_kubeconfig_for_the_hosts_kubectl_and_dies_with_its_control_plane_on_sigkill() {
     use std::io::{BufRead, BufReader};
     use std::process::Stdio;
 
@@ -304,10 +304,11 @@ fn killed_lab_up_leaves_no_control_plane_process_and_lab_down_removes_the_rest()
     let mut child = Command::new(HARNESS)
         .args(["lab", "up", "--no-vm", "--control-plane", "--lab", &n.to_string()])
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    let stdout = child.stdout.take().unwrap();
     let stderr = child.stderr.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -326,6 +327,31 @@ fn killed_lab_up_leaves_no_control_plane_process_and_lab_down_removes_the_rest()
         Ok(Err(output)) => panic!("`harness lab up` ended before the lab ran:\n{output}"),
         Err(_) => panic!("`harness lab up` did not report a running lab in time"),
     }
+    // `lab up` prints the admin kubeconfig on stdout, `lab kubeconfig` prints the same path,
+    // and the real kubectl on the host uses it as it is.
+    let printed = BufReader::new(stdout)
+        .lines()
+        .next()
+        .expect("a line on stdout")
+        .unwrap();
+    let asked =
+        agent::exec::run_stdout(Command::new(HARNESS).args(["lab", "kubeconfig", "--lab", &n.to_string()]))
+            .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(asked.trim(), printed);
+    let cache = harness::cache::Cache::open().unwrap();
+    let kubectl = harness::images::kubernetes::require(&cache)
+        .unwrap()
+        .binary("kubectl");
+    let readyz = agent::exec::run_stdout(Command::new(kubectl).args([
+        "--kubeconfig",
+        &printed,
+        "get",
+        "--raw",
+        "/readyz",
+    ]))
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(readyz.trim(), "ok");
+
     let inode = netns::inode(&name).expect("the lab's namespace exists");
     let pids = netns::pids_in(inode);
     assert!(

@@ -1,7 +1,8 @@
 //! Runs every guest test (test binaries named `guest_*`, see `harness::guest_tests`) of the agent
 //! and the harness inside ONE lab VM on Debian's kernel, and checks that the host's own run filters
-//! them out. Needs root, the host image and the CoreDNS artifact (`harness images build`) and
-//! cargo-nextest (`scripts/setup.sh`).
+//! them out. Needs root, the host image, the CoreDNS artifact and the machine rootfs
+//! (`harness images build`; the last two are handed to the guest tests) and cargo-nextest
+//! (`scripts/setup.sh`).
 
 use std::process::Command;
 use std::time::Duration;
@@ -21,10 +22,12 @@ const GUEST_BINARIES: [&str; 4] = [
 ];
 /// Where the guest tests find the real CoreDNS (`localdns_live_support::COREDNS_ENV`).
 const COREDNS_ENV: &str = "LOCALDNS_TEST_COREDNS";
+/// Where the guest tests find the nspawn machine rootfs tarball (`agent/tests/guest_start_machine.rs`).
+const ROOTFS_ENV: &str = "UNBOUNDED_TEST_ROOTFS";
 
 /// `cargo nextest list` of the workspace (as `cargo nextest run --workspace` builds it, so
 /// nothing is rebuilt) narrowed by `extra`'s filter.
-fn list_guest_smoke(extra: &[&str]) -> String {
+fn list_guests(extra: &[&str]) -> String {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(harness::evidence::repo_root())
@@ -35,32 +38,27 @@ fn list_guest_smoke(extra: &[&str]) -> String {
 
 #[test]
 fn host_runs_filter_out_guest_tests_instead_of_skipping_them() {
-    let host = list_guest_smoke(&["-E", SMOKE]);
+    // The agent's smoke test and the harness's LocalDNS guest binaries: two lists, one build.
+    let ours = format!(
+        "{SMOKE} | binary_id(harness::guest_localdns_live) | binary_id(harness::guest_localdns_notrack)"
+    );
+    let host = list_guests(&["-E", &ours]);
     assert!(
-        !host.contains("guest_kernel_creates_a_dummy_link"),
+        !host.contains("guest_kernel_creates_a_dummy_link") && !host.contains("guest_localdns"),
         "the default filter let a guest test in:\n{host}"
     );
-    let guest_filter = format!("{SMOKE} & ({GUEST_FILTER})");
-    let guest = list_guest_smoke(&["--ignore-default-filter", "-E", &guest_filter]);
-    assert!(
-        guest.contains("guest_kernel_creates_a_dummy_link_in_a_fresh_namespace"),
-        "the guest filter does not select the smoke test:\n{guest}"
-    );
-    let live = "binary_id(harness::guest_localdns_live) | binary_id(harness::guest_localdns_notrack)";
-    let host = list_guest_smoke(&["-E", live]);
-    assert!(
-        !host.contains("guest_localdns"),
-        "the default filter let a LocalDNS guest test in:\n{host}"
-    );
-    let guest = list_guest_smoke(&[
-        "--ignore-default-filter",
-        "-E",
-        &format!("({live}) & ({GUEST_FILTER})"),
-    ]);
-    assert!(
-        guest.contains("harness::guest_localdns_live") && guest.contains("harness::guest_localdns_notrack"),
-        "the guest filter does not select the LocalDNS guest tests:\n{guest}"
-    );
+    let guest_filter = format!("({ours}) & ({GUEST_FILTER})");
+    let guest = list_guests(&["--ignore-default-filter", "-E", &guest_filter]);
+    for wanted in [
+        "guest_kernel_creates_a_dummy_link_in_a_fresh_namespace",
+        "harness::guest_localdns_live",
+        "harness::guest_localdns_notrack",
+    ] {
+        assert!(
+            guest.contains(wanted),
+            "the guest filter does not select {wanted}:\n{guest}"
+        );
+    }
 }
 
 #[test]
@@ -70,8 +68,12 @@ fn agent_and_harness_guest_tests_pass_inside_one_lab_vm_on_debians_kernel() {
     let image = images::host::require(&cache).unwrap_or_else(|e| panic!("{e:#}"));
     let coredns = images::coredns::require(&cache).unwrap_or_else(|e| panic!("{e:#}"));
     let mut tests = GuestTests::build(&["agent", "harness"]).unwrap_or_else(|e| panic!("{e}"));
+    let rootfs = images::rootfs::require(&cache).unwrap_or_else(|e| panic!("{e:#}"));
     tests
         .add_file(&coredns.binary, "coredns", COREDNS_ENV)
+        .unwrap_or_else(|e| panic!("{e}"));
+    tests
+        .add_file(&rootfs.tarball, "rootfs.tar.gz", ROOTFS_ENV)
         .unwrap_or_else(|e| panic!("{e}"));
     let lab = Lab::start(LabSpec::for_test(&test)).unwrap();
     let mut spec = lab.vm_spec("guests", BootImage::from(&image)).unwrap();

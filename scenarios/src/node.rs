@@ -35,12 +35,20 @@ fn step<T>(what: &str, f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<
     Ok(value)
 }
 
-impl JoinedNode {
-    /// Lab with control plane → artifacts published → VM booted → agent deployed and `start`
-    /// run. Each step's failure names the step; a deploy failure carries its evidence path.
-    pub fn join(node_config: &Path) -> anyhow::Result<JoinedNode> {
+/// A lab with its control plane, the node artifacts published and one VM booted for a node
+/// config, before anything is deployed. Fields drop in order: the VM, then the lab.
+pub struct ClusterLab {
+    pub vm: Vm,
+    pub lab: Lab,
+    pub node: NodeConfig,
+    pub test: String,
+    pub artifacts: LabArtifacts,
+}
+
+impl ClusterLab {
+    /// Lab with control plane → artifacts published → VM named after the node booted.
+    pub fn boot(node: NodeConfig) -> anyhow::Result<ClusterLab> {
         let test = crate::test_name();
-        let node = NodeConfig::load(node_config)?;
         let cache = harness::cache::Cache::open()?;
         let image = harness::images::host::require(&cache)?;
         let lab = step("starting the lab with its control plane", || {
@@ -55,8 +63,44 @@ impl JoinedNode {
         let vm = step(&format!("booting VM {}", node.name()), || {
             Ok(lab.add_vm(node.name(), BootImage::from(&image))?)
         })?;
+        Ok(ClusterLab {
+            vm,
+            lab,
+            node,
+            test,
+            artifacts,
+        })
+    }
+
+    /// Deploys the node config onto the VM (`harness::deploy::deploy_node`).
+    pub fn deploy(&self) -> Result<DeployedNode, harness::deploy::DeployError> {
+        harness::deploy::deploy_node_as(&self.lab, &self.vm, &self.node, &self.artifacts, &self.test)
+    }
+
+    /// Stops the VM, then the lab, and checks that nothing of either is left.
+    pub fn shutdown(self) -> anyhow::Result<()> {
+        self.vm.shutdown()?;
+        self.lab.shutdown()?;
+        Ok(())
+    }
+}
+
+impl JoinedNode {
+    /// Lab with control plane → artifacts published → VM booted → agent deployed and `start`
+    /// run. Each step's failure names the step; a deploy failure carries its evidence path.
+    pub fn join(node_config: &Path) -> anyhow::Result<JoinedNode> {
+        let node = NodeConfig::load(node_config)?;
+        let ClusterLab {
+            vm,
+            lab,
+            node,
+            test,
+            artifacts,
+        } = ClusterLab::boot(node)?;
         let deployed = step(&format!("deploying the agent to {}", node.name()), || {
-            Ok(harness::deploy::deploy_node(&lab, &vm, &node, &artifacts)?)
+            Ok(harness::deploy::deploy_node_as(
+                &lab, &vm, &node, &artifacts, &test,
+            )?)
         })?;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()

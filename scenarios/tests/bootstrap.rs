@@ -131,3 +131,70 @@ fn in_cidr_takes_the_prefix_length_into_account() {
     assert!(!in_cidr(ip("10.244.1.7"), "10.244.0.0/24").unwrap());
     assert!(!in_cidr(ip("192.168.101.10"), "10.244.0.0/24").unwrap());
 }
+
+/// A `start` that fails keeps its stdout and stderr and the node's evidence (start output,
+/// machine status, journals) under `$LAB_ARTIFACTS_DIR/<test>/<vm>/`, and the error says where.
+/// The failure is real: the agent fetches the real rootfs from the lab's artifact server, but
+/// the node config pins a wrong SHA256 for it (a stand-in for a corrupted download, which the
+/// real server cannot produce).
+#[test]
+fn a_failing_start_keeps_its_output_and_the_nodes_evidence() -> anyhow::Result<()> {
+    let wrong = "0".repeat(64);
+    let mut node = harness::node_config::NodeConfig::load(
+        &harness::evidence::repo_root().join("node-configs/localdns.json"),
+    )?;
+    node.name = Some("bad-rootfs".into());
+    node.agent_config = Some(serde_json::json!({"MachineImage": {"SHA256": wrong}}));
+    let lab = scenarios::node::ClusterLab::boot(node)?;
+    let err = match lab.deploy() {
+        Ok(deployed) => bail!("`start` succeeded with a wrong rootfs SHA256: {deployed:?}"),
+        Err(err) => err,
+    };
+    let text = err.to_string();
+    let harness::deploy::DeployError::Start(failed) = err else {
+        bail!("expected `start` to fail, got: {text}");
+    };
+    ensure!(failed.status != harness::vm::ExitKind::Code(0), "{text}");
+    ensure!(
+        failed.stderr.contains(&wrong),
+        "start's stderr does not name the expected digest:\n{}",
+        failed.stderr
+    );
+    let dir = &failed.evidence;
+    ensure!(
+        text.contains(&format!("evidence in {}", dir.display())),
+        "the error does not say where the evidence is: {text}"
+    );
+    ensure!(
+        dir.starts_with(harness::evidence::test_dir(&lab.test)),
+        "{}",
+        dir.display()
+    );
+    for file in [
+        "start.stderr",
+        "start.stdout",
+        "deployed-agent-config.json",
+        "agent-start.txt",
+        "machinectl-status.txt",
+        "machine-journal.txt",
+        "kubelet-journal.txt",
+        "journal.txt",
+        "console.log",
+    ] {
+        ensure!(
+            dir.join(file).is_file(),
+            "evidence {file} missing in {}",
+            dir.display()
+        );
+    }
+    let saved = std::fs::read_to_string(dir.join("start.stderr"))?;
+    ensure!(
+        saved == failed.stderr,
+        "start.stderr differs from the error's stderr"
+    );
+    let test = lab.test.clone();
+    lab.shutdown()?;
+    // The evidence was what this test checks, not a failure to look into.
+    std::fs::remove_dir_all(harness::evidence::test_dir(&test))?;
+    Ok(())
+}

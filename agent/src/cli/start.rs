@@ -15,6 +15,12 @@ pub struct Args {
     /// Names of preflight checks whose failures do not stop `start` (repeatable).
     #[arg(long = "ignore-preflight", value_name = "CHECK")]
     pub ignore: Vec<String>,
+    /// Multiplies every wait (machine answering 30 s, LocalDNS ready 60 s, containerd and
+    /// kubelet active 60 s each). Default: 5 when `systemd-detect-virt --vm` says `qemu` (QEMU
+    /// without KVM), else 1.
+    #[arg(long, env = "UNBOUNDED_AGENT_TIMEOUT_SCALE",
+          value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub timeout_scale: Option<u32>,
     /// The directory files are written below (tests only; commands still act on this host).
     #[arg(long, env = "UNBOUNDED_AGENT_ROOT", default_value = "/", hide = true)]
     pub root: PathBuf,
@@ -25,6 +31,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         config_path: args.config,
         root: args.root,
         ignore_checks: args.ignore,
+        timeout_scale: args.timeout_scale,
     };
     match agent::start::run(&options)? {
         Outcome::Started { slot, resumed_from } => {

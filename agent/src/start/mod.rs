@@ -40,6 +40,9 @@ pub struct Options {
     pub root: PathBuf,
     /// Preflight checks whose failures do not stop `start`.
     pub ignore_checks: Vec<String>,
+    /// Multiplies every wait (machine, LocalDNS, containerd, kubelet); `None`: detected
+    /// ([`node::Waits::given_or_detected`]).
+    pub timeout_scale: Option<u32>,
 }
 
 /// How a run ended.
@@ -102,9 +105,10 @@ pub fn run(options: &Options) -> Result<Outcome, StartError> {
     let recorded = state::load(&state_path)?;
     let slot = slot(recorded.as_ref());
     let runner = MachineRunner::new(slot.as_str());
+    let waits = node::Waits::given_or_detected(options.timeout_scale);
     let resumed_from = match state::resume(recorded.as_ref(), &config_sha256) {
         Resume::AlreadyComplete => {
-            ensure_running(&config, &runner)?;
+            ensure_running(&config, &runner, waits)?;
             log(&format!(
                 "node in machine {slot} already started with this config; nothing changed"
             ));
@@ -175,11 +179,11 @@ pub fn run(options: &Options) -> Result<Outcome, StartError> {
         node::daemon_reload()?;
     }
     node::host_network(&config)?;
-    node::machine(&runner)?;
-    node::localdns_ready(&config)?;
-    node::containerd(&runner)?;
+    node::machine(&runner, waits)?;
+    node::localdns_ready(&config, waits)?;
+    node::containerd(&runner, waits)?;
     node::import_images(&runner, &images)?;
-    node::kubelet(&runner)?;
+    node::kubelet(&runner, waits)?;
     log(&format!("kubelet is active in machine {slot}"));
 
     let name = applied
@@ -205,19 +209,19 @@ pub fn run(options: &Options) -> Result<Outcome, StartError> {
 
 /// On a finished node: the machine and kubelet must run; start what does not (a running unit is
 /// left alone, so its invocation id stays).
-fn ensure_running(config: &Config, runner: &MachineRunner) -> Result<(), StartError> {
+fn ensure_running(config: &Config, runner: &MachineRunner, waits: node::Waits) -> Result<(), StartError> {
     if !machinectl::is_running(runner.machine())? {
         log(&format!(
             "machine {} is not running; starting it",
             runner.machine()
         ));
         node::host_network(config)?;
-        node::machine(runner)?;
-        node::localdns_ready(config)?;
+        node::machine(runner, waits)?;
+        node::localdns_ready(config, waits)?;
     }
     if runner.unit_state("kubelet.service")? != "active" {
-        node::containerd(runner)?;
-        node::kubelet(runner)?;
+        node::containerd(runner, waits)?;
+        node::kubelet(runner, waits)?;
     }
     Ok(())
 }

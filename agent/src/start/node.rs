@@ -26,6 +26,47 @@ pub const KUBELET_POLL: Duration = Duration::from_secs(2);
 /// containerd active polling.
 pub const CONTAINERD_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The waits of this stage: the spec's deadlines times `scale` (an emulated host, e.g. QEMU
+/// without KVM, boots the machine several times slower; `--timeout-scale`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Waits {
+    pub scale: u32,
+}
+
+/// The scale used on an emulated CPU when none is given.
+pub const EMULATED_SCALE: u32 = 5;
+
+impl Waits {
+    /// `scale` when given; else [`EMULATED_SCALE`] when `systemd-detect-virt --vm` says `qemu`
+    /// (QEMU without KVM: software emulation, where a machine boots in about a minute), else 1.
+    pub fn given_or_detected(scale: Option<u32>) -> Waits {
+        let scale = scale.unwrap_or_else(|| {
+            let out = exec::run_unchecked(Command::new("systemd-detect-virt").arg("--vm"));
+            match out {
+                Ok(o) if String::from_utf8_lossy(&o.stdout).trim() == "qemu" => EMULATED_SCALE,
+                _ => 1,
+            }
+        });
+        Waits { scale }
+    }
+
+    fn scaled(self, d: Duration) -> Duration {
+        d * self.scale.max(1)
+    }
+    pub fn machine(self) -> Duration {
+        self.scaled(machinectl::READY_TIMEOUT)
+    }
+    pub fn localdns(self) -> Duration {
+        self.scaled(LOCALDNS_READY_TIMEOUT)
+    }
+    pub fn containerd(self) -> Duration {
+        self.scaled(CONTAINERD_TIMEOUT)
+    }
+    pub fn kubelet(self) -> Duration {
+        self.scaled(KUBELET_TIMEOUT)
+    }
+}
+
 /// `systemctl daemon-reload` on the host.
 pub fn daemon_reload() -> Result<(), StartError> {
     exec::run(Command::new("systemctl").arg("daemon-reload"))?;
@@ -46,18 +87,18 @@ pub fn host_network(config: &Config) -> Result<(), StartError> {
 }
 
 /// Enables and starts the machine (left alone when running) and waits until it runs commands.
-pub fn machine(runner: &MachineRunner) -> Result<(), StartError> {
+pub fn machine(runner: &MachineRunner, waits: Waits) -> Result<(), StartError> {
     let m = runner.machine();
     machinectl::enable(m)?;
     if machinectl::start(m)? {
         log(&format!("started machine {m}"));
     }
-    machinectl::wait_until_answering(runner, machinectl::READY_TIMEOUT)?;
+    machinectl::wait_until_answering(runner, waits.machine())?;
     Ok(())
 }
 
 /// Waits until both listeners answer `GET /ready` with `OK`.
-pub fn localdns_ready(config: &Config) -> Result<(), StartError> {
+pub fn localdns_ready(config: &Config, waits: Waits) -> Result<(), StartError> {
     let Some(l) = &config.local_dns else {
         return Ok(());
     };
@@ -70,16 +111,20 @@ pub fn localdns_ready(config: &Config) -> Result<(), StartError> {
             source,
         })?;
     for ip in [l.node_listener.addr(), l.cluster_listener.addr()] {
-        wait_ready(&runtime, ip)?;
+        wait_ready(&runtime, ip, waits.localdns())?;
         log(&format!("LocalDNS listener {ip} is ready"));
     }
     Ok(())
 }
 
-fn wait_ready(runtime: &tokio::runtime::Runtime, ip: Ipv4Addr) -> Result<(), MachineError> {
+fn wait_ready(
+    runtime: &tokio::runtime::Runtime,
+    ip: Ipv4Addr,
+    timeout: Duration,
+) -> Result<(), MachineError> {
     poll(
         &format!("LocalDNS GET http://{ip}:{READY_PORT}/ready answering OK"),
-        LOCALDNS_READY_TIMEOUT,
+        timeout,
         LOCALDNS_READY_POLL,
         || {
             runtime
@@ -95,12 +140,12 @@ fn wait_ready(runtime: &tokio::runtime::Runtime, ip: Ipv4Addr) -> Result<(), Mac
 }
 
 /// Starts containerd in the machine (a no-op when active) and waits until it is active.
-pub fn containerd(runner: &MachineRunner) -> Result<(), StartError> {
+pub fn containerd(runner: &MachineRunner, waits: Waits) -> Result<(), StartError> {
     runner.run(&["systemctl", "start", "containerd.service"])?;
     machinectl::wait_unit_active(
         runner,
         "containerd.service",
-        CONTAINERD_TIMEOUT,
+        waits.containerd(),
         Duration::from_secs(1),
     )?;
     Ok(())
@@ -137,10 +182,10 @@ pub fn import_images(runner: &MachineRunner, images: &[ImageArchive]) -> Result<
 }
 
 /// Enables and starts kubelet in the machine (a no-op when active); waits until it is active.
-pub fn kubelet(runner: &MachineRunner) -> Result<(), StartError> {
+pub fn kubelet(runner: &MachineRunner, waits: Waits) -> Result<(), StartError> {
     runner.run(&["systemctl", "enable", "kubelet.service"])?;
     runner.run(&["systemctl", "start", "kubelet.service"])?;
-    machinectl::wait_unit_active(runner, "kubelet.service", KUBELET_TIMEOUT, KUBELET_POLL)?;
+    machinectl::wait_unit_active(runner, "kubelet.service", waits.kubelet(), KUBELET_POLL)?;
     Ok(())
 }
 

@@ -13,7 +13,8 @@ pub enum Command {
     ///
     /// The VM host image (qcow2, kernel, initrd), the nspawn machine rootfs
     /// tarball, the CoreDNS release artifact, the Kubernetes binaries with etcd
-    /// (a cold build compiles Kubernetes from source, ~25 min here), in the cache at
+    /// (a cold build compiles Kubernetes from source, ~25 min here), the pause and
+    /// test container images (OCI archives), in the cache at
     /// $LAB_CACHE_DIR (default ~/.cache/unbounded-lab).
     Build {
         /// Build only these (default: all).

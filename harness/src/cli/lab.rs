@@ -114,6 +114,15 @@ fn up(node_config: &Path, no_vm: bool, control_plane: bool, number: u8) -> anyho
         addrs.http_url(),
         lab.http().root().display()
     );
+    if let Some(cluster) = lab.cluster() {
+        eprintln!(
+            "==> control plane ready: Kubernetes {} at {} (host {}), admin kubeconfig {}",
+            cluster.kubernetes_version,
+            cluster.api_server,
+            cluster.host_api_server,
+            cluster.admin_kubeconfig.display()
+        );
+    }
     let vm = match image {
         None => None,
         Some((name, image)) => {
@@ -127,8 +136,11 @@ fn up(node_config: &Path, no_vm: bool, control_plane: bool, number: u8) -> anyho
             Some(Vm::boot(spec)?)
         }
     };
-    // Node deployment goes here (helper F): with the VM up and `lab.cluster()` set, deploy
-    // the node config onto it (`harness::deploy::deploy_node(&lab, &vm, &config, &artifacts)`).
+    // The node: artifacts published, agent deployed and started, Node Ready (harness::deploy).
+    let joined = match &vm {
+        Some(vm) if lab.cluster().is_some() => harness::deploy::join::join_and_report(&lab, vm, node_config),
+        _ => true,
+    };
     let stop = signals::subscribe();
     print_how_to(&lab, vm.as_ref());
     if let Some(cluster) = lab.cluster() {
@@ -142,7 +154,11 @@ fn up(node_config: &Path, no_vm: bool, control_plane: bool, number: u8) -> anyho
     }
     lab.shutdown()?;
     eprintln!("==> lab down: no process, namespace, link or overlay left");
-    Ok(ExitCode::SUCCESS)
+    Ok(if joined {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 fn print_how_to(lab: &Lab, vm: Option<&Vm>) {

@@ -146,6 +146,34 @@ pub fn rbac_manifests() -> Vec<serde_json::Value> {
     ]
 }
 
+/// The user the cluster DNS authenticates as (client certificate CN).
+pub const COREDNS_USER: &str = "system:coredns";
+
+/// kubeadm's `system:coredns` ClusterRole (what CoreDNS's `kubernetes` plugin reads),
+/// bound to the user [`COREDNS_USER`].
+pub fn coredns_rbac_manifests() -> Vec<serde_json::Value> {
+    vec![
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": { "name": "system:coredns" },
+            "rules": [
+                { "apiGroups": [""], "resources": ["endpoints", "services", "pods", "namespaces"],
+                  "verbs": ["list", "watch"] },
+                { "apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
+                  "verbs": ["list", "watch"] },
+            ],
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": { "name": "system:coredns" },
+            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:coredns" },
+            "subjects": [{ "apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": COREDNS_USER }],
+        }),
+    ]
+}
+
 /// Several manifests as one multi-document YAML stream.
 pub fn to_yaml_stream(docs: &[serde_json::Value]) -> Result<String, serde_yaml_ng::Error> {
     let mut out = String::new();

@@ -5,7 +5,7 @@
 //! 2. etcd on `127.0.0.1:2379` — ready when `GET /health` says `"health":"true"`;
 //! 3. kube-apiserver on `:6443`, forwarded to `127.0.0.1:<16443+n>` on the host — ready when
 //!    `kubectl get --raw /readyz` (through that forwarder) prints `ok`;
-//! 4. the bootstrap token Secret, the bootstrap RBAC, the `kube-dns` Service and the Machina
+//! 4. the bootstrap token Secret, the bootstrap RBAC, the cluster DNS's RBAC, the `kube-dns` Service and the Machina
 //!    CRDs applied (`kubectl apply`), then `kubectl wait --for=condition=Established`;
 //! 5. kube-controller-manager and kube-scheduler — ready when each holds its leader Lease;
 //! 6. CoreDNS (cluster DNS) at `10.96.0.10:53` — ready when its `ready` plugin answers 200.
@@ -32,8 +32,9 @@ use super::process::Component;
 use super::ready::{http_get_in, wait_for};
 use crate::lab::addr::API_SERVER_PORT;
 
-/// How long a component gets to stop after SIGTERM.
-const STOP_GRACE: Duration = Duration::from_secs(10);
+/// How long a component gets to stop after SIGTERM. Short: the cluster's state is thrown
+/// away with the lab, and kube-apiserver with a kubelet attached waits out any grace given.
+const STOP_GRACE: Duration = Duration::from_secs(3);
 
 /// The control plane as processes in the lab namespace (see the module docs).
 pub struct ProcessControlPlane {
@@ -143,7 +144,8 @@ impl ProcessControlPlane {
         fs::write(&kube_dns, yaml).map_err(io_err("writing", &kube_dns))?;
         let [secret, rbac] = pki.bootstrap_manifests();
         let mut apply: Vec<String> = vec!["apply".into()];
-        for file in [&secret, &rbac, &kube_dns, &spec.crd_dir] {
+        let coredns_rbac = pki.coredns_rbac_manifest();
+        for file in [&secret, &rbac, &coredns_rbac, &kube_dns, &spec.crd_dir] {
             apply.push("-f".into());
             apply.push(file.display().to_string());
         }
@@ -151,7 +153,7 @@ impl ProcessControlPlane {
         // The API server creates kube-system right after it is ready: retry until it exists.
         plane.wait(
             "kube-apiserver",
-            "kubectl apply (bootstrap, RBAC, kube-dns, CRDs)",
+            "kubectl apply (bootstrap, RBAC, CoreDNS RBAC, kube-dns, CRDs)",
             spec.timeout,
             || plane.kubectl_stdout(&apply),
         )?;
@@ -204,7 +206,7 @@ impl ProcessControlPlane {
         let corefile = spec.state_dir.join("Corefile");
         fs::write(
             &corefile,
-            cluster_dns::corefile(CLUSTER_DNS_IP, spec.addrs.dns(), &pki.admin_kubeconfig()),
+            cluster_dns::corefile(CLUSTER_DNS_IP, spec.addrs.dns(), &pki.coredns_kubeconfig()),
         )
         .map_err(io_err("writing", &corefile))?;
         plane.spawn("coredns", &spec.coredns, &flags::coredns(&corefile), spec)?;

@@ -9,6 +9,7 @@
 //! | `sa.key`, `sa.pub` | service-account token signing key pair |
 //! | `admin.conf` | kubeconfig of `kubernetes-admin` (O `system:masters`) |
 //! | `controller-manager.conf`, `scheduler.conf` | kubeconfigs of `system:kube-controller-manager`, `system:kube-scheduler` |
+//! | `coredns.conf`, `manifests/coredns-rbac.yaml` | the cluster DNS's kubeconfig (`system:coredns`) and its RBAC (kubeadm's `system:coredns` role) |
 //! | `bootstrap-kubelet.conf`, `bootstrap-token` | a kubelet's bootstrap kubeconfig, the token `<id>.<secret>` |
 //! | `manifests/bootstrap-token-secret.yaml`, `manifests/bootstrap-rbac.yaml` | to apply once the API server is up |
 //!
@@ -27,7 +28,9 @@ use rcgen::{
 };
 use time::{Duration, OffsetDateTime};
 
-use super::bootstrap::{BootstrapToken, NotAToken, rbac_manifests, to_yaml_stream};
+use super::bootstrap::{
+    BootstrapToken, COREDNS_USER, NotAToken, coredns_rbac_manifests, rbac_manifests, to_yaml_stream,
+};
 use super::kubeconfig::{Credentials, Kubeconfig};
 use crate::lab::addr::{API_SERVER_PORT, LabAddrs};
 
@@ -132,7 +135,7 @@ pub struct Pki {
 }
 
 /// Every file of a complete PKI directory, and whether it holds a secret (mode 0600).
-pub const FILES: [(&str, bool); 21] = [
+pub const FILES: [(&str, bool); 23] = [
     ("ca.crt", false),
     ("ca.key", true),
     ("apiserver.crt", false),
@@ -148,11 +151,13 @@ pub const FILES: [(&str, bool); 21] = [
     ("admin.conf", true),
     ("controller-manager.conf", true),
     ("scheduler.conf", true),
+    ("coredns.conf", true),
     ("bootstrap-kubelet.conf", true),
     ("bootstrap-token", true),
     ("server-url", false),
     ("manifests/bootstrap-token-secret.yaml", true),
     ("manifests/bootstrap-rbac.yaml", false),
+    ("manifests/coredns-rbac.yaml", false),
     ("README", false),
 ];
 
@@ -228,6 +233,15 @@ impl Pki {
         self.file("scheduler.conf")
     }
 
+    pub fn coredns_kubeconfig(&self) -> PathBuf {
+        self.file("coredns.conf")
+    }
+
+    /// The cluster DNS's ClusterRole and its binding to `system:coredns`.
+    pub fn coredns_rbac_manifest(&self) -> PathBuf {
+        self.file("manifests/coredns-rbac.yaml")
+    }
+
     pub fn bootstrap_kubeconfig(&self) -> PathBuf {
         self.file("bootstrap-kubelet.conf")
     }
@@ -294,6 +308,7 @@ fn generate_files(spec: &PkiSpec) -> Result<Files, PkiError> {
     let admin = leaf(&ca, "kubernetes-admin", Some("system:masters"), Usage::Client)?;
     let controller_manager = leaf(&ca, "system:kube-controller-manager", None, Usage::Client)?;
     let scheduler = leaf(&ca, "system:kube-scheduler", None, Usage::Client)?;
+    let coredns = leaf(&ca, COREDNS_USER, None, Usage::Client)?;
     let sa = new_key("the service-account key")?;
     let token = BootstrapToken::generate()?;
 
@@ -345,6 +360,11 @@ fn generate_files(spec: &PkiSpec) -> Result<Files, PkiError> {
             true,
         ),
         (
+            "coredns.conf",
+            kubeconfig(COREDNS_USER, coredns.credentials())?,
+            true,
+        ),
+        (
             "bootstrap-kubelet.conf",
             kubeconfig("kubelet-bootstrap", Credentials::Token(token.to_string()))?,
             true,
@@ -359,6 +379,11 @@ fn generate_files(spec: &PkiSpec) -> Result<Files, PkiError> {
         (
             "manifests/bootstrap-rbac.yaml",
             yaml("the bootstrap RBAC", &rbac_manifests())?,
+            false,
+        ),
+        (
+            "manifests/coredns-rbac.yaml",
+            yaml("the cluster DNS's RBAC", &coredns_rbac_manifests())?,
             false,
         ),
         ("README", readme(spec), false),

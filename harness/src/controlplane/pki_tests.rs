@@ -205,6 +205,7 @@ fn kubeconfigs_are_yaml_naming_the_ca_server_and_identity() {
             None,
         ),
         (pki.scheduler_kubeconfig(), "system:kube-scheduler", None),
+        (pki.coredns_kubeconfig(), "system:coredns", None),
     ] {
         let config: serde_yaml_ng::Value = serde_yaml_ng::from_str(&fs::read_to_string(&path).unwrap())
             .unwrap_or_else(|e| panic!("{} is not YAML: {e}", path.display()));

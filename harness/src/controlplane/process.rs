@@ -158,7 +158,11 @@ impl Component {
         }
         for (signal, wait) in [(None, grace), (Some(Signal::SIGKILL), Duration::from_secs(10))] {
             if let Some(signal) = signal {
-                tracing::warn!(component = self.name, "did not stop after SIGTERM; killing it");
+                tracing::info!(
+                    component = self.name,
+                    ?grace,
+                    "still running after SIGTERM; killing it"
+                );
                 let _ = killpg(group, signal);
             }
             let until = Instant::now() + wait;

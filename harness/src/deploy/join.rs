@@ -130,3 +130,28 @@ pub fn how_to(lab: &Lab, vm: &Vm, joined: &Joined) -> String {
     }
     text
 }
+
+/// For `harness lab up`: joins the node of `node_config` on `vm` (evidence under
+/// `$LAB_ARTIFACTS_DIR/lab-up/`), printing how to reach it, or the error and that the lab stays
+/// up for a look. Returns whether the node joined.
+pub fn join_and_report(lab: &Lab, vm: &Vm, node_config: &std::path::Path) -> bool {
+    let result = (|| -> anyhow::Result<Joined> {
+        let node = NodeConfig::load(node_config)?;
+        let cache = Cache::open()?;
+        Ok(join(lab, vm, &node, &cache, "lab-up")?)
+    })();
+    match result {
+        Ok(joined) => {
+            eprintln!("\n==> {}", how_to(lab, vm, &joined));
+            true
+        }
+        Err(err) => {
+            eprintln!(
+                "\nerror: the node did not join: {err:#}\n\
+                 ==> the lab and VM {} stay up so you can look (see below); Ctrl-C to stop",
+                vm.name()
+            );
+            false
+        }
+    }
+}

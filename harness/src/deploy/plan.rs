@@ -131,7 +131,9 @@ mod tests {
         // The file the VM gets is exactly the validated config.
         let written: RawConfig = serde_json::from_str(&plan.config_json).unwrap();
         assert_eq!(written, plan.config);
-        agent::validate::parse(&plan.config_json).unwrap();
+        let validated = agent::validate::parse(&plan.config_json).unwrap();
+        // `start` finds the pod CIDR where it looks for it.
+        assert_eq!(agent::start::plan::pod_cidr(&validated).unwrap(), "10.244.0.0/24");
     }
 
     #[test]

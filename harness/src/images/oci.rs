@@ -39,7 +39,7 @@ pub const HOST_BUSYBOX: &str = "/bin/busybox";
 const RECIPE_ENV: &str = include_str!("../../../images/oci/recipe.env");
 const BUILD_SH: &str = include_str!("../../../images/oci/build.sh");
 /// Bump when this file or `oci_layout.rs` changes what a build produces.
-const PACK_REVISION: &str = "oci-pack-1";
+const PACK_REVISION: &str = "oci-pack-2";
 const PATH_ENV: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// The pinned inputs read from `images/oci/recipe.env`.

@@ -12,9 +12,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use oci_spec::image::{
-    ANNOTATION_REF_NAME, Arch, ConfigBuilder, Descriptor, DescriptorBuilder, ImageConfigurationBuilder,
-    ImageIndexBuilder, ImageManifestBuilder, MediaType, OciLayoutBuilder, Os, PlatformBuilder, RootFsBuilder,
-    Sha256Digest,
+    ANNOTATION_REF_NAME, Arch, ConfigBuilder, Descriptor, DescriptorBuilder, Digest,
+    ImageConfigurationBuilder, ImageIndexBuilder, ImageManifestBuilder, MediaType, OciLayoutBuilder, Os,
+    PlatformBuilder, RootFsBuilder, Sha256Digest,
 };
 use serde::Serialize;
 use sha2::{Digest as _, Sha256};
@@ -286,7 +286,7 @@ fn append(tar: &mut tar::Builder<Vec<u8>>, path: &str, member: &Member, mtime: u
     Ok(())
 }
 
-fn descriptor(media_type: MediaType, data: &[u8], digest: Sha256Digest) -> anyhow::Result<Descriptor> {
+fn descriptor(media_type: MediaType, data: &[u8], digest: Digest) -> anyhow::Result<Descriptor> {
     Ok(DescriptorBuilder::default()
         .media_type(media_type)
         .digest(digest)
@@ -294,10 +294,11 @@ fn descriptor(media_type: MediaType, data: &[u8], digest: Sha256Digest) -> anyho
         .build()?)
 }
 
-/// The sha256 of `data` as an OCI digest and as bare hex.
-fn digest(data: &[u8]) -> anyhow::Result<(Sha256Digest, String)> {
+/// The sha256 of `data` as an OCI digest (`sha256:<hex>`) and as bare hex.
+fn digest(data: &[u8]) -> anyhow::Result<(Digest, String)> {
     let hex = hex::encode(Sha256::digest(data));
-    Ok((hex.parse()?, hex))
+    let digest: Sha256Digest = hex.parse()?;
+    Ok((digest.into(), hex))
 }
 
 /// Compact JSON with every object's keys sorted (`oci-spec` keeps annotations in a `HashMap`).
@@ -353,6 +354,9 @@ mod tests {
         let b = write_archive(&spec(), &dir.path().join("b.tar")).unwrap();
         assert_eq!(std::fs::read(&a.path).unwrap(), std::fs::read(&b.path).unwrap());
         assert_eq!((a.sha256.clone(), a.size), (b.sha256, b.size));
+        for digest in [&a.manifest_digest, &a.config_digest, &a.layer_digest] {
+            assert!(digest.starts_with("sha256:") && digest.len() == 71, "{digest}");
+        }
         let mut other = spec();
         other.mtime += 1;
         let c = write_archive(&other, &dir.path().join("c.tar")).unwrap();

@@ -8,7 +8,7 @@
 //! lab.dns().set_a("web.lab.test", &["10.0.0.1".parse()?], 5)?;
 //! lab.http().publish("/coredns/coredns.tgz", std::path::Path::new("/tmp/coredns.tgz"))?;
 //! let nic = lab.attach_vm()?;        // tap labtap<n>-0, 192.168.<100+n>.10, for the VM runtime
-//! println!("{}", nic.kernel_args()); // lab.ip=... lab.gw=... lab.dns=...
+//! println!("{} {}", nic.tap, nic.ip); // labtap<n>-0 192.168.<100+n>.10
 //! assert_eq!(lab.http().request_count(), 0);
 //! lab.shutdown()?;                   // or drop: kills, deletes, checks nothing is left
 //! # Ok(()) }
@@ -22,6 +22,8 @@
 //!   ([`services`]). No helper processes; stopping them closes the sockets.
 //! * QEMU runs inside the namespace: [`Lab::command`] / [`VmNic::netns`]
 //!   (`ip netns exec lab-<n> qemu-system-x86_64 ...`).
+//! * With `LabSpec { control_plane: true, .. }` the lab also runs a Kubernetes control plane
+//!   in its namespace ([`cluster`], [`crate::controlplane`]); `lab.cluster()` tells how to reach it.
 //! * Ownership: `/run/unbounded-lab/lab-<n>/owner.pid`; every [`Lab::start`]
 //!   first sweeps labs whose owner died ([`owner`]). Ctrl-C and SIGTERM tear
 //!   live labs down before exiting ([`signals`]).

@@ -655,8 +655,11 @@ impl Vm {
         );
         let status = match loaded {
             Ok(status) => status,
-            Err(err @ VmError::Crashed(_)) => return Err(Launched::NotLoaded(err)),
-            Err(err) => return Err(Launched::Failed(self.with_console(err))),
+            // QEMU exits when it cannot load a state; one that loads for minutes is as unusable.
+            Err(err @ (VmError::Crashed(_) | VmError::Timeout(_))) => {
+                return Err(Launched::NotLoaded(self.with_console(err)));
+            }
+            Err(err) => return Err(Launched::Failed(err)),
         };
         let loaded_after = started.elapsed();
         if status["running"] != true {
@@ -674,8 +677,44 @@ impl Vm {
                 source: std::io::Error::other(format!("no boot id in the setup's output: {stdout:?}")),
             })
         })?;
+        self.sync_clock().map_err(Launched::Failed)?;
         tracing::info!(vm = self.name(), loaded = ?loaded_after, took = ?started.elapsed(), "resumed");
         Ok(())
+    }
+
+    /// Sets the guest's clock from the host's with `guest-set-time` (no process is started,
+    /// so it lands within milliseconds) and checks it with `guest-get-time`.
+    fn sync_clock(&self) -> Result<(), VmError> {
+        const TOLERANCE: i64 = 500_000_000;
+        let host_ns = || {
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+            i64::try_from(now.unwrap_or_default().as_nanos()).unwrap_or(i64::MAX)
+        };
+        let agent_err = |source| VmError::Agent {
+            vm: self.name().to_string(),
+            source: Box::new(source),
+        };
+        let mut session = self
+            .agent
+            .session(&|| self.crashed("setting the guest's clock"))?;
+        let mut skew = 0;
+        for _ in 0..3 {
+            // The guest has no `hwclock`: the agent reports that after setting the clock.
+            let set = session.set_time(host_ns());
+            let before = host_ns();
+            let guest = session.get_time().map_err(agent_err)?;
+            let after = host_ns();
+            skew = guest - (before / 2 + after / 2);
+            if skew.abs() <= TOLERANCE.max((after - before) / 2) {
+                return Ok(());
+            }
+            tracing::debug!(vm = self.name(), skew, ?set, "guest clock not set yet");
+        }
+        Err(VmError::Io {
+            vm: self.name().to_string(),
+            what: "setting the guest's clock with guest-set-time".into(),
+            source: std::io::Error::other(format!("the guest is still {:.3}s off", skew as f64 / 1e9)),
+        })
     }
 
     /// Pauses the guest and saves its state to the migration `uri` (e.g. `exec:zstd -c > f`),

@@ -191,6 +191,21 @@ impl Session {
         self.execute(&qga::guest_ping {}, String::new).map(drop)
     }
 
+    /// `guest-set-time` to `nanos` since the epoch: the agent sets the clock itself, then runs
+    /// `hwclock -w`, whose failure (no `hwclock` in the image) is an error after the clock
+    /// was set; check with [`Session::get_time`].
+    pub fn set_time(&mut self, nanos: i64) -> Result<(), QgaError> {
+        self.execute(&qga::guest_set_time { time: Some(nanos) }, || {
+            format!("to {nanos} ns")
+        })
+        .map(drop)
+    }
+
+    /// `guest-get-time`: the guest's clock in nanoseconds since the epoch.
+    pub fn get_time(&mut self) -> Result<i64, QgaError> {
+        self.execute(&qga::guest_get_time {}, String::new)
+    }
+
     /// Starts `argv` in the guest without waiting; returns its guest pid.
     pub fn spawn(&mut self, argv: &[String], stdin: Option<Vec<u8>>, capture: bool) -> Result<i64, QgaError> {
         let (path, args) = argv.split_first().expect("argv has a program");

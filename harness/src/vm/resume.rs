@@ -1,8 +1,9 @@
 //! What a VM resumed from a saved state needs once QEMU has loaded it: the guest still has the
 //! saved boot's clock, address and MAC. One guest command ([`setup_argv`]) sets the clock
-//! from the host, gives the NIC the VM's MAC, rewrites `/run/systemd/network/10-lab.network`
+//! from the host (roughly: starting the first process after a resume takes a second or two;
+//! `guest-set-time` then sets it precisely), gives the NIC the VM's MAC, rewrites `/run/systemd/network/10-lab.network`
 //! and `/etc/resolv.conf` as `lab-net.service` would from `lab.ip= lab.gw= lab.dns=`, has
-//! networkd apply them, waits for the address, mounts the 9p share when the VM has one, and
+//! networkd apply them, waits for the address and default route, mounts the 9p share when the VM has one, and
 //! prints the boot id. From its first reboot on, the guest takes all of this from the kernel
 //! command line and NIC of the resumed QEMU, like a cold-booted VM.
 
@@ -88,12 +89,17 @@ if [ "$old" != "$(printf '%s\n' "$new" | sed 1d)" ]; then
 fi
 printf 'nameserver %s\n' "$dns" >/etc/resolv.conf.lab-tmp
 mv -f /etc/resolv.conf.lab-tmp /etc/resolv.conf
-tries=150
-until ip -o addr show dev "$dev" | grep -qF " $ip "; do
+configured() {
+	ip -o addr show dev "$dev" | grep -qF " $ip " &&
+		ip -4 route show default dev "$dev" | grep -qF "via $gw "
+}
+tries=300
+until configured; do
 	tries=$((tries - 1))
 	if [ "$tries" -le 0 ]; then
-		echo "lab resume: address $ip did not appear on $dev" >&2
+		echo "lab resume: address $ip or default route via $gw did not appear on $dev" >&2
 		ip -o addr show dev "$dev" >&2
+		ip route >&2
 		exit 1
 	fi
 	sleep 0.2

@@ -1,0 +1,64 @@
+//! A lab VM reaches the lab's control plane the way a node will: the API server at the bridge
+//! address (its certificate names it) and the cluster DNS at 10.96.0.10 through its default
+//! gateway, the bridge. Needs root, the host image and the Kubernetes and CoreDNS images
+//! (`harness images build`).
+
+use std::time::Instant;
+
+use harness::lab::{Lab, LabSpec};
+use harness::vm::BootImage;
+
+/// The host image, or a failure naming the command that builds it.
+fn image() -> BootImage {
+    let cache = harness::cache::Cache::open().expect("opening the lab cache");
+    let image = harness::images::host::require(&cache).unwrap_or_else(|e| panic!("{e:#}"));
+    BootImage::from(&image)
+}
+
+#[test]
+fn lab_vm_reaches_the_api_server_and_the_cluster_dns_through_the_bridge() {
+    let test = "lab_vm_reaches_the_api_server_and_the_cluster_dns_through_the_bridge";
+    let image = image();
+    let lab = Lab::start(LabSpec {
+        control_plane: true,
+        ..LabSpec::for_test(test)
+    })
+    .unwrap_or_else(|e| panic!("starting a lab with a control plane: {e}"));
+    let cluster = lab.cluster().expect("a cluster").clone();
+    let started = Instant::now();
+    let vm = lab
+        .add_vm("cpvm", image)
+        .unwrap_or_else(|e| panic!("booting the VM: {e}"));
+    eprintln!("VM up in {:.1?}", started.elapsed());
+
+    let ca = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(ca.path(), &cluster.ca_cert_pem).unwrap();
+    vm.copy_in(ca.path(), "/root/lab-ca.crt").unwrap();
+    let readyz = vm
+        .run(&format!(
+            "curl -sS --max-time 20 --cacert /root/lab-ca.crt {}/readyz",
+            cluster.api_server
+        ))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(readyz.trim(), "ok", "the API server from the VM");
+
+    let dig = |name: &str| {
+        vm.run(&format!(
+            "dig @{} {name} A +short +tries=2 +time=5",
+            cluster.cluster_dns
+        ))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .trim()
+        .to_string()
+    };
+    assert_eq!(dig("kubernetes.default.svc.cluster.local"), "10.96.0.1");
+    assert_eq!(dig("kube-dns.kube-system.svc.cluster.local"), "10.96.0.10");
+    let coredns_log = std::fs::read_to_string(cluster.log_dir.join("coredns.log")).unwrap();
+    let vm_ip = lab.nics()[0].ip.to_string();
+    assert!(
+        coredns_log.contains(&format!("{vm_ip}:")),
+        "the cluster DNS did not log a query from the VM ({vm_ip}):\n{coredns_log}"
+    );
+    vm.shutdown().unwrap_or_else(|e| panic!("{e}"));
+    lab.shutdown().unwrap_or_else(|e| panic!("{e}"));
+}
