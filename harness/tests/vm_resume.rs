@@ -42,14 +42,18 @@ fn resume(lab: &Lab, name: &str) -> (Vm, VmNic) {
     (vm, nic)
 }
 
-/// Guest time minus host time, in seconds.
+/// Guest time minus host time (the middle of the command's round trip), in seconds.
 fn clock_skew(vm: &Vm) -> f64 {
+    let now = || {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64()
+    };
+    let before = now();
     let guest: f64 = vm.run("date +%s.%N").unwrap().trim().parse().unwrap();
-    let host = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64();
-    guest - host
+    let after = now();
+    guest - (before + after) / 2.0
 }
 
 /// The VM has the lab address, gateway, resolver and MAC of `nic`, and nothing of the saved

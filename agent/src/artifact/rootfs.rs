@@ -77,13 +77,14 @@ pub fn install(
         }
     }
     let staging = Staging::new(rootfs)?;
-    let (download, sha256) = fetch_verified(resolved, &staging, fetcher)?;
     let parent = rootfs.parent().expect("Staging checked the parent");
     let name = rootfs
         .file_name()
         .unwrap_or_default()
         .to_string_lossy()
         .into_owned();
+    remove_leftovers(parent, &name)?;
+    let (download, sha256) = fetch_verified(resolved, &staging, fetcher)?;
     let tree = tempfile::Builder::new()
         .prefix(&format!(".{name}.new-"))
         .tempdir_in(parent)
@@ -114,6 +115,29 @@ pub fn install(
         fs::remove_dir_all(&old).map_err(io_err("remove the replaced rootfs", &old))?;
     }
     Ok((installed(sha256), true))
+}
+
+/// Removes what an install killed midway left beside the rootfs: `.<name>.new-*` trees,
+/// `.<name>.old-*` replaced trees and `.<name>.download-*` files.
+fn remove_leftovers(parent: &Path, name: &str) -> Result<(), ArtifactError> {
+    let Ok(entries) = fs::read_dir(parent) else {
+        return Ok(());
+    };
+    let prefixes = [".new-", ".old-", ".download-"].map(|p| format!(".{name}{p}"));
+    for entry in entries.flatten() {
+        let file_name = entry.file_name().to_string_lossy().into_owned();
+        if !prefixes.iter().any(|p| file_name.starts_with(p.as_str())) {
+            continue;
+        }
+        let path = entry.path();
+        let removed = if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            fs::remove_dir_all(&path)
+        } else {
+            fs::remove_file(&path)
+        };
+        removed.map_err(io_err("remove the leftover", &path))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -162,6 +186,25 @@ mod tests {
         let (_, changed) = install(&resolved(&archive, sha), &rootfs, false, &fetcher).unwrap();
         assert!(!changed);
         assert_eq!(fs::read_dir(rootfs.parent().unwrap()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn leftovers_of_a_killed_install_are_removed_and_others_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let archive = tarball(dir.path());
+        let sha = checksum::sha256_file(&archive).unwrap();
+        let machines = dir.path().join("machines");
+        fs::create_dir_all(machines.join(".kube1.new-abc/etc")).unwrap();
+        fs::write(machines.join(".kube1.download-xyz"), "partial").unwrap();
+        fs::create_dir_all(machines.join(".kube2.new-abc")).unwrap();
+        let fetcher = Fetcher::new(FetchOptions::default());
+        install(&resolved(&archive, sha), &machines.join("kube1"), false, &fetcher).unwrap();
+        let mut left: Vec<String> = fs::read_dir(&machines)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, [".kube2.new-abc", "kube1"]);
     }
 
     #[test]

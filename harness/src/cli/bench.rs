@@ -27,6 +27,9 @@ pub enum Command {
         #[arg(long)]
         no_cold: bool,
     },
+    /// Join a node in a lab with its control plane: time from `start` to LocalDNS ready and to
+    /// Node Ready, memory at steady state (docs/perf.md). Example: `harness bench node`.
+    Node(super::bench_node::Args),
 }
 
 pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
@@ -36,6 +39,7 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
             command_secs,
             no_cold,
         } => bench_vm(runs.max(1), Duration::from_secs(command_secs), !no_cold),
+        Command::Node(args) => super::bench_node::run(args),
     }
 }
 

@@ -1,6 +1,7 @@
 //! One module per command group of `harness`.
 
 pub mod bench;
+pub mod bench_node;
 pub mod images;
 pub mod lab;
 pub mod vm;

@@ -107,7 +107,8 @@ pub fn how_to(lab: &Lab, vm: &Vm, joined: &Joined) -> String {
     let mut text = format!(
         "Node {} is Ready (LocalDNS {}), node IP {}, pod CIDR {}.\n\
          \x20 shell in the VM:       harness vm shell {name}            (leave with Ctrl-])\n\
-         \x20 shell in the machine:  harness vm exec {name} -- machinectl shell kube1 /bin/bash   (or `machinectl shell kube1` inside the VM shell)\n\
+         \x20 the machine:           `machinectl shell kube1` in the VM's shell; from here e.g.\n\
+         \x20                        harness vm exec {name} -- systemctl --machine=kube1 status localdns kubelet containerd\n\
          \x20 agent config:          /etc/unbounded/agent/config.json in the VM; `start` output in {}/\n",
         joined.deployed.name,
         if joined.deployed.config.local_dns.as_ref().and_then(|l| l.enabled) == Some(true) {

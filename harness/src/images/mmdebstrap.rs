@@ -169,10 +169,12 @@ fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The mode as git records it (`755` when any execute bit is set, else `644`), so the
+/// key does not change with the umask of whoever cloned the repository.
 fn file_mode(path: &Path) -> anyhow::Result<u32> {
     use std::os::unix::fs::PermissionsExt;
     let meta = fs::symlink_metadata(path).with_context(|| format!("reading {}", path.display()))?;
-    Ok(meta.permissions().mode() & 0o777)
+    Ok(if meta.permissions().mode() & 0o111 != 0 { 0o755 } else { 0o644 })
 }
 
 fn shell_quote(path: &Path) -> String {
@@ -215,6 +217,26 @@ mod tests {
         let before = recipe.key().unwrap().hex();
         fs::write(dir.path().join("packages"), "systemd\nnftables\n").unwrap();
         assert_ne!(before, recipe.key().unwrap().hex());
+    }
+
+    #[test]
+    fn recipe_key_follows_the_execute_bit_but_not_the_umask() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("customize.sh");
+        fs::write(&file, "#!/bin/sh\n").unwrap();
+        let recipe = Recipe {
+            name: "t",
+            dir: dir.path().to_path_buf(),
+            version: "1",
+        };
+        let key_with = |mode: u32| {
+            fs::set_permissions(&file, fs::Permissions::from_mode(mode)).unwrap();
+            recipe.key().unwrap().hex()
+        };
+        assert_eq!(key_with(0o644), key_with(0o664), "group write (umask 002) changed the key");
+        assert_eq!(key_with(0o755), key_with(0o775));
+        assert_ne!(key_with(0o644), key_with(0o755), "the execute bit must change the key");
     }
 
     #[test]
