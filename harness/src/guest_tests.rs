@@ -267,6 +267,10 @@ dir = "{GUEST_WORK}/store"
 fail-fast = false
 failure-output = "immediate-final"
 slow-timeout = {{ period = "60s", terminate-after = 5 }}
+[[profile.guest.overrides]]
+# Unpacks the machine rootfs and boots an nspawn machine: about 4 min under TCG.
+filter = "binary(guest_start_machine)"
+slow-timeout = {{ period = "60s", terminate-after = 15 }}
 [profile.guest.junit]
 path = "junit.xml"
 store-success-output = true

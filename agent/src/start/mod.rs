@@ -170,11 +170,13 @@ pub fn run(options: &Options) -> Result<Outcome, StartError> {
 
     checkpoint(Stage::StartingNode)?;
     let (applied, sidecar) = node::applied_paths(&options.root, slot);
-    write_atomic(&applied, &config_bytes, 0o600).map_err(|source| StartError::Io {
-        action: "write",
-        path: applied.clone(),
-        source,
-    })?;
+    if std::fs::read(&applied).ok().as_deref() != Some(config_bytes.as_slice()) {
+        write_atomic(&applied, &config_bytes, 0o600).map_err(|source| StartError::Io {
+            action: "write",
+            path: applied.clone(),
+            source,
+        })?;
+    }
     if units_changed {
         node::daemon_reload()?;
     }
