@@ -174,7 +174,11 @@ fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
 fn file_mode(path: &Path) -> anyhow::Result<u32> {
     use std::os::unix::fs::PermissionsExt;
     let meta = fs::symlink_metadata(path).with_context(|| format!("reading {}", path.display()))?;
-    Ok(if meta.permissions().mode() & 0o111 != 0 { 0o755 } else { 0o644 })
+    Ok(if meta.permissions().mode() & 0o111 != 0 {
+        0o755
+    } else {
+        0o644
+    })
 }
 
 fn shell_quote(path: &Path) -> String {
@@ -234,9 +238,17 @@ mod tests {
             fs::set_permissions(&file, fs::Permissions::from_mode(mode)).unwrap();
             recipe.key().unwrap().hex()
         };
-        assert_eq!(key_with(0o644), key_with(0o664), "group write (umask 002) changed the key");
+        assert_eq!(
+            key_with(0o644),
+            key_with(0o664),
+            "group write (umask 002) changed the key"
+        );
         assert_eq!(key_with(0o755), key_with(0o775));
-        assert_ne!(key_with(0o644), key_with(0o755), "the execute bit must change the key");
+        assert_ne!(
+            key_with(0o644),
+            key_with(0o755),
+            "the execute bit must change the key"
+        );
     }
 
     #[test]
