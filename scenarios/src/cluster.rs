@@ -167,7 +167,12 @@ pub async fn run_pod(
 /// Pod creation errors that go away by themselves right after the cluster starts.
 fn is_retryable_create_error(err: &kube::Error) -> bool {
     let text = err.to_string();
-    text.contains("serviceaccount") || text.contains("service account") || text.contains("not found")
+    // The namespace's default ServiceAccount appears shortly after the controller-manager
+    // starts; a pod deleted just before may still be terminating.
+    text.contains("serviceaccount")
+        || text.contains("service account")
+        || text.contains("not found")
+        || text.contains("already exists")
 }
 
 #[cfg(test)]

@@ -1,5 +1,7 @@
 //! Shared plumbing of the end-to-end scenarios: the node configs each case
-//! runs over, and a lab with one VM booted for a node config.
+//! runs over, a lab with one VM booted for a node config ([`LabNode`]), and a
+//! node joined to the lab's cluster ([`node::JoinedNode`], with pods and their
+//! logs through the API server in [`cluster`]).
 //!
 //! A scenario is a nextest test in `scenarios/tests/`, parameterised over
 //! `node-configs/*.json` with rstest's

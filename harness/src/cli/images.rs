@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use harness::cache::Cache;
 use harness::images::{coredns, host, kubernetes, oci, rootfs};
+use harness::vm::{Accel, BootImage, BootMode, VmSpec, state};
 
 #[derive(clap::Subcommand)]
 pub enum Command {
@@ -42,15 +43,18 @@ pub enum Image {
     Oci,
     /// The Kubernetes control plane and node binaries and etcd.
     Kubernetes,
+    /// The host image booted once and saved: every VM resumes from it (`LAB_COLD_BOOT=1` skips it).
+    VmState,
 }
 
 impl Image {
-    const ALL: [Image; 5] = [
+    const ALL: [Image; 6] = [
         Image::Host,
         Image::Rootfs,
         Image::Coredns,
         Image::Oci,
         Image::Kubernetes,
+        Image::VmState,
     ];
 
     /// Builds (or finds) the image; returns where it is.
@@ -61,6 +65,14 @@ impl Image {
             Image::Coredns => coredns::build(cache)?.dir,
             Image::Oci => oci::build(cache)?.dir,
             Image::Kubernetes => kubernetes::build(cache)?.dir,
+            Image::VmState => {
+                let image = host::build(cache)?;
+                let spec = VmSpec::new("images", "build", BootImage::from(&image));
+                if spec.effective_boot_mode() == BootMode::Cold {
+                    return Ok(PathBuf::from("(not taken: LAB_COLD_BOOT is set)"));
+                }
+                state::ensure(cache, &spec, Accel::from_env()?)?.dir
+            }
         })
     }
 }
