@@ -3,6 +3,7 @@
 
 pub mod artifacts;
 pub mod cache;
+pub mod child;
 pub mod controlplane;
 pub mod deploy;
 pub mod evidence;

@@ -1,7 +1,10 @@
 //! Scenario `bootstrap`: the agent, deployed into a lab VM, provisions its nspawn machine and
 //! the node joins the lab's cluster — the Node registers and becomes Ready, `localdns.service`
 //! runs in the machine (and does not exist with LocalDNS off), and an ordinary pod runs on the
-//! node with its log readable through the API server (`kubectl logs`).
+//! node with its log readable through the API server (`kubectl logs`). Then `start` again:
+//! on the finished node it changes nothing (files, inodes, mtimes, unit invocations), and from an
+//! install state set back to `starting-node` (standing in for a `start` killed in that stage) it
+//! resumes to `complete` with the node still Ready.
 
 use std::net::Ipv4Addr;
 use std::time::Instant;
@@ -14,7 +17,9 @@ use scenarios::node::JoinedNode;
 #[rstest]
 #[case::localdns("localdns.json")]
 #[case::localdns_off("localdns-off.json")]
-fn node_joins_becomes_ready_and_runs_a_pod_with_a_readable_log(#[case] file: &str) -> anyhow::Result<()> {
+fn node_joins_runs_a_pod_with_a_readable_log_and_start_again_changes_nothing(
+    #[case] file: &str,
+) -> anyhow::Result<()> {
     let node_config = harness::evidence::repo_root().join("node-configs").join(file);
     JoinedNode::run_case(&node_config, bootstrap)
 }
@@ -112,7 +117,137 @@ fn bootstrap(node: &mut JoinedNode) -> anyhow::Result<()> {
         "the pod saw another address than its podIP {pod_ip}:\n{}",
         finished.log
     );
+
+    second_start_changes_nothing(node, &machine)?;
+    interrupted_start_resumes_to_complete(node, &machine)
+}
+
+const INSTALL_STATE: &str = "/var/lib/unbounded/agent/install-state.json";
+
+/// A second `start` on the finished node: exit 0, and every file the agent wrote keeps its
+/// content, inode and mtime, and every unit it started keeps its invocation.
+fn second_start_changes_nothing(node: &JoinedNode, machine: &str) -> anyhow::Result<()> {
+    let before = NodeSnapshot::take(node, machine)?;
+    let out = run_start_again(node)?;
+    let after = NodeSnapshot::take(node, machine)?;
+    before.ensure_same_as(&after, "a second `start`", &out)
+}
+
+/// `start` from an install state set back to `starting-node` re-enters that stage and ends at
+/// `complete`; the agent's files keep their content and the Node stays Ready.
+fn interrupted_start_resumes_to_complete(node: &JoinedNode, machine: &str) -> anyhow::Result<()> {
+    let before = NodeSnapshot::take(node, machine)?;
+    node.vm.run(&format!(
+        "sed -i -E 's/(\"stage\"[[:space:]]*:[[:space:]]*)\"complete\"/\\1\"starting-node\"/' {INSTALL_STATE} \
+         && grep -q '\"starting-node\"' {INSTALL_STATE}"
+    ))?;
+    let out = run_start_again(node)?;
+    let state = node.vm.run(&format!("cat {INSTALL_STATE}"))?;
+    ensure!(
+        state.contains("\"complete\""),
+        "after resuming, the install state is not complete:\n{state}\nstart printed:\n{out}"
+    );
+    let after = NodeSnapshot::take(node, machine)?;
+    ensure!(
+        before.contents == after.contents,
+        "resuming `start` changed file contents:\n{}\nstart printed:\n{out}",
+        diff(&before.contents, &after.contents)
+    );
+    let name = node.deployed.name.clone();
+    node.block_on(wait_node_ready(&node.client, &name, node.deadline(2)))?;
     Ok(())
+}
+
+/// Runs the deployed agent's `start` again with the deployed config; its stdout and stderr.
+fn run_start_again(node: &JoinedNode) -> anyhow::Result<String> {
+    let command = format!(
+        "{} start --config {} 2>&1",
+        node.deployed.guest_agent,
+        harness::deploy::plan::GUEST_CONFIG
+    );
+    let out = node.vm.cmd(&command).timeout(node.deadline(5)).run()?;
+    Ok(out.stdout_text())
+}
+
+/// What `start` must leave alone on a finished node.
+struct NodeSnapshot {
+    /// `<sha256> <path>` of every file under 1 MB the agent writes (configs, units), sorted.
+    contents: String,
+    /// `<path> <size> <inode> <mtime>` of every file the agent writes, binaries included.
+    stats: String,
+    /// `<unit> <InvocationID>` on the host and in the machine.
+    invocations: String,
+}
+
+impl NodeSnapshot {
+    fn take(node: &JoinedNode, m: &str) -> anyhow::Result<NodeSnapshot> {
+        let roots = [
+            "/etc/unbounded".to_string(),
+            "/etc/systemd/nspawn".into(),
+            format!("/etc/systemd/system/systemd-nspawn@{m}.service.d"),
+            "/etc/systemd/system/unbounded-localdns-network.service".into(),
+            "/etc/sysctl.d".into(),
+            "/etc/modules-load.d".into(),
+            format!("/var/lib/machines/{m}/etc/unbounded"),
+            format!("/var/lib/machines/{m}/etc/containerd"),
+            format!("/var/lib/machines/{m}/etc/cni/net.d"),
+            format!("/var/lib/machines/{m}/etc/systemd/system"),
+            format!("/var/lib/machines/{m}/var/lib/kubelet/config.yaml"),
+            format!("/var/lib/machines/{m}/usr/local/bin"),
+            format!("/var/lib/machines/{m}/usr/local/libexec"),
+        ];
+        let files = format!("find $(ls -d {} 2>/dev/null) -type f", roots.join(" "));
+        // Hashing the binaries (kubelet, kubectl, CoreDNS: ~200 MB) takes minutes under TCG;
+        // they are covered by size, inode and mtime below.
+        let contents = node
+            .vm
+            .run(&format!("{files} -size -1024k -exec sha256sum {{}} + | sort -k2"))?;
+        ensure!(
+            contents.contains("/etc/systemd/nspawn/"),
+            "the snapshot found none of the agent's nspawn files:\n{contents}"
+        );
+        let stats = node
+            .vm
+            .run(&format!("{files} -exec stat -c '%n %s %i %Y' {{}} + | sort"))?;
+        let mut invocations = node.vm.run(&format!(
+            "for u in systemd-nspawn@{m}.service unbounded-localdns-network.service; do \
+             echo \"host $u $(systemctl show -p InvocationID --value $u)\"; done"
+        ))?;
+        for unit in ["containerd.service", "kubelet.service", "localdns.service"] {
+            let (_, id) = node.machine_systemctl(m, &format!("show -p InvocationID --value {unit}"))?;
+            invocations.push_str(&format!("{m} {unit} {}\n", id.trim()));
+        }
+        Ok(NodeSnapshot {
+            contents,
+            stats,
+            invocations,
+        })
+    }
+
+    fn ensure_same_as(&self, after: &NodeSnapshot, what: &str, out: &str) -> anyhow::Result<()> {
+        for (name, b, a) in [
+            ("file contents", &self.contents, &after.contents),
+            ("sizes, inodes or mtimes", &self.stats, &after.stats),
+            ("unit invocations", &self.invocations, &after.invocations),
+        ] {
+            ensure!(
+                b == a,
+                "{what} changed {name}:\n{}\nstart printed:\n{out}",
+                diff(b, a)
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The lines only in `before` (`-`) or only in `after` (`+`).
+fn diff(before: &str, after: &str) -> String {
+    let b: std::collections::BTreeSet<&str> = before.lines().collect();
+    let a: std::collections::BTreeSet<&str> = after.lines().collect();
+    b.difference(&a)
+        .map(|l| format!("- {l}\n"))
+        .chain(a.difference(&b).map(|l| format!("+ {l}\n")))
+        .collect()
 }
 
 /// Whether `ip` lies in `cidr` (`a.b.c.d/n`).

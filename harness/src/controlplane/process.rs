@@ -4,39 +4,16 @@
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::fd::AsRawFd;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 
 use super::error::{ControlPlaneError, io_err};
+use crate::child;
 use crate::lab::netns;
-
-type SpawnJob = Box<dyn FnOnce() + Send>;
-
-/// Children are forked from one thread that lives as long as the process:
-/// `PR_SET_PDEATHSIG` fires when the forking *thread* exits.
-fn spawner() -> &'static Mutex<mpsc::Sender<SpawnJob>> {
-    static SPAWNER: OnceLock<Mutex<mpsc::Sender<SpawnJob>>> = OnceLock::new();
-    SPAWNER.get_or_init(|| {
-        let (tx, rx) = mpsc::channel::<SpawnJob>();
-        std::thread::Builder::new()
-            .name("controlplane-spawner".into())
-            .spawn(move || {
-                for job in rx {
-                    job();
-                }
-            })
-            .expect("starting the control plane spawner thread");
-        Mutex::new(tx)
-    })
-}
 
 /// A running component (`etcd`, `kube-apiserver`, ...).
 pub struct Component {
@@ -73,40 +50,10 @@ impl Component {
         let err = out.try_clone().map_err(io_err("opening the log", &log))?;
         let ns_path = netns::netns_path(netns);
         let ns_file = File::open(&ns_path).map_err(io_err("opening the network namespace", &ns_path))?;
-        let ns_fd = ns_file.as_raw_fd();
         let mut cmd = Command::new(program);
-        cmd.args(args)
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .process_group(0);
-        let parent = std::process::id() as libc::pid_t;
-        // SAFETY: only async-signal-safe system calls run between fork and exec.
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::setns(ns_fd, libc::CLONE_NEWNET) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                // The parent may have died before prctl: then nobody would kill us.
-                if libc::getppid() != parent {
-                    libc::_exit(1);
-                }
-                Ok(())
-            });
-        }
+        cmd.args(args).stdin(Stdio::null()).stdout(out).stderr(err);
         tracing::debug!(component = name, ?args, "starting");
-        let (tx, rx) = mpsc::channel::<std::io::Result<Child>>();
-        spawner()
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .send(Box::new(move || {
-                let _ = tx.send(cmd.spawn());
-            }))
-            .expect("the spawner thread runs for the whole process");
-        let spawned = rx.recv().expect("the spawner answers");
+        let spawned = child::spawn(cmd, Some(&ns_file));
         drop(ns_file);
         let child = spawned.map_err(|source| ControlPlaneError::Spawn {
             component: name,
@@ -152,9 +99,8 @@ impl Component {
     /// Stops it: SIGTERM to its group, then SIGKILL after `grace`; waits for the exit.
     /// Returns a problem when it is still there.
     pub fn stop(&self, grace: Duration) -> Option<String> {
-        let group = Pid::from_raw(self.pid);
         if self.exited().is_none() {
-            let _ = killpg(group, Signal::SIGTERM);
+            child::signal_group(self.pid, Signal::SIGTERM);
         }
         for (signal, wait) in [(None, grace), (Some(Signal::SIGKILL), Duration::from_secs(10))] {
             if let Some(signal) = signal {
@@ -163,13 +109,13 @@ impl Component {
                     ?grace,
                     "still running after SIGTERM; killing it"
                 );
-                let _ = killpg(group, signal);
+                child::signal_group(self.pid, signal);
             }
             let until = Instant::now() + wait;
             while Instant::now() < until {
                 if self.exited().is_some() {
                     // The group's other members (none expected) go too.
-                    let _ = killpg(group, Signal::SIGKILL);
+                    child::signal_group(self.pid, Signal::SIGKILL);
                     return None;
                 }
                 std::thread::sleep(Duration::from_millis(20));
@@ -182,7 +128,7 @@ impl Component {
 impl Drop for Component {
     fn drop(&mut self) {
         if self.exited().is_none() {
-            let _ = killpg(Pid::from_raw(self.pid), Signal::SIGKILL);
+            child::signal_group(self.pid, Signal::SIGKILL);
             let _ = self.child.lock().unwrap_or_else(|e| e.into_inner()).wait();
         }
     }

@@ -3,16 +3,14 @@
 //! its exit; killed as a group.
 
 use std::fs::File;
-use std::os::fd::AsRawFd;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
+
+use crate::child;
 
 /// What the watcher threads of one VM have seen: QEMU's exit and the guest's `READY` lines.
 #[derive(Default)]
@@ -66,27 +64,6 @@ pub struct QemuProcess {
     events: Arc<Events>,
 }
 
-type SpawnJob = Box<dyn FnOnce() + Send>;
-
-/// QEMU is forked from one thread that lives as long as the process: `PR_SET_PDEATHSIG` fires
-/// when the forking *thread* exits, so forking from a short-lived thread (a test's, a blocking
-/// pool's) would kill QEMU early.
-fn spawner() -> &'static Mutex<mpsc::Sender<SpawnJob>> {
-    static SPAWNER: OnceLock<Mutex<mpsc::Sender<SpawnJob>>> = OnceLock::new();
-    SPAWNER.get_or_init(|| {
-        let (tx, rx) = mpsc::channel::<SpawnJob>();
-        std::thread::Builder::new()
-            .name("qemu-spawner".into())
-            .spawn(move || {
-                for job in rx {
-                    job();
-                }
-            })
-            .expect("starting the QEMU spawner thread");
-        Mutex::new(tx)
-    })
-}
-
 impl QemuProcess {
     /// Starts `cmd` (stdin null, stdout and stderr appended to `log`) in a new process group,
     /// with SIGKILL as its parent-death signal, inside `netns` (`/run/netns/<name>`) if given.
@@ -98,42 +75,13 @@ impl QemuProcess {
     ) -> std::io::Result<QemuProcess> {
         let out = File::options().create(true).append(true).open(log)?;
         cmd.stdin(Stdio::null()).stdout(out.try_clone()?).stderr(out);
-        cmd.process_group(0);
         let netns_file = match netns {
             Some(name) => Some(File::open(format!("/run/netns/{name}")).map_err(|e| {
                 std::io::Error::new(e.kind(), format!("network namespace /run/netns/{name}: {e}"))
             })?),
             None => None,
         };
-        let netns_fd = netns_file.as_ref().map(|f| f.as_raw_fd());
-        let parent = std::process::id() as libc::pid_t;
-        // SAFETY: only async-signal-safe system calls run between fork and exec.
-        unsafe {
-            cmd.pre_exec(move || {
-                if let Some(fd) = netns_fd
-                    && libc::setns(fd, libc::CLONE_NEWNET) != 0
-                {
-                    return Err(std::io::Error::last_os_error());
-                }
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                // The parent may have died before prctl: then nobody would kill us.
-                if libc::getppid() != parent {
-                    libc::_exit(1);
-                }
-                Ok(())
-            });
-        }
-        let (tx, rx) = mpsc::channel::<std::io::Result<Child>>();
-        spawner()
-            .lock()
-            .expect("spawner lock")
-            .send(Box::new(move || {
-                let _ = tx.send(cmd.spawn());
-            }))
-            .expect("the spawner thread runs for the whole process");
-        let mut child = rx.recv().expect("the spawner answers")?;
+        let mut child = child::spawn(cmd, netns_file.as_ref())?;
         drop(netns_file);
         let pid = child.id() as i32;
         let watcher_events = Arc::clone(&events);
@@ -168,14 +116,14 @@ impl QemuProcess {
     /// SIGKILLs QEMU's process group (if QEMU has not exited) and waits for the exit.
     pub fn kill(&self, timeout: Duration) -> Option<ExitStatus> {
         if self.exit_status().is_none() {
-            let _ = killpg(Pid::from_raw(self.pid), Signal::SIGKILL);
+            child::signal_group(self.pid, Signal::SIGKILL);
         }
         self.wait_exit(timeout)
     }
 
     /// Whether any process of QEMU's group is still alive (checked after the kill).
     pub fn group_alive(&self) -> bool {
-        killpg(Pid::from_raw(self.pid), None).is_ok()
+        child::group_alive(self.pid)
     }
 }
 
