@@ -295,7 +295,8 @@ fn lab_up_without_the_kubernetes_image_fails_at_once_naming_harness_images_build
 }
 
 #[test]
-fn lab_up_prints_a_kubeconfig_for_the_hosts_kubectl_and_dies_with_its_control_plane_on_sigkill() {
+fn lab_up_prints_a_kubeconfig_for_the_hosts_kubectl_and_lab_kubectl_and_dies_with_its_control_plane_on_sigkill()
+ {
     use std::io::{BufRead, BufReader};
     use std::process::Stdio;
 
@@ -351,6 +352,38 @@ fn lab_up_prints_a_kubeconfig_for_the_hosts_kubectl_and_dies_with_its_control_pl
     ]))
     .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(readyz.trim(), "ok");
+    // `harness lab kubectl` runs that kubectl with that kubeconfig, and passes its exit status on.
+    let through = agent::exec::run_stdout(Command::new(HARNESS).args([
+        "lab",
+        "kubectl",
+        "--lab",
+        &n.to_string(),
+        "--",
+        "get",
+        "--raw",
+        "/readyz",
+    ]))
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(through.trim(), "ok");
+    let wrong = agent::exec::run_unchecked(Command::new(HARNESS).args([
+        "lab",
+        "kubectl",
+        "--lab",
+        &n.to_string(),
+        "--",
+        "get",
+        "no-such-resource-kind",
+    ]))
+    .unwrap();
+    assert!(
+        !wrong.status.success(),
+        "kubectl's failure must be harness lab kubectl's"
+    );
+    assert!(
+        String::from_utf8_lossy(&wrong.stderr).contains("no-such-resource-kind"),
+        "{}",
+        String::from_utf8_lossy(&wrong.stderr)
+    );
 
     let inode = netns::inode(&name).expect("the lab's namespace exists");
     let pids = netns::pids_in(inode);

@@ -59,6 +59,16 @@ pub enum Command {
         #[arg(long, default_value_t = 0, hide = true)]
         lab: u8,
     },
+    /// Run the lab's kubectl (the control plane's version, from the image cache) with the
+    /// running lab's admin kubeconfig: `harness lab kubectl -- get nodes -o wide`.
+    Kubectl {
+        /// The lab number (default 0).
+        #[arg(long, default_value_t = 0, hide = true)]
+        lab: u8,
+        /// kubectl's arguments (put them after `--`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
+    },
 }
 
 pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
@@ -78,6 +88,7 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
         Command::Down { lab, timeout } => down(lab, Duration::from_secs(timeout)),
         Command::List => list(),
         Command::Kubeconfig { lab } => kubeconfig(lab),
+        Command::Kubectl { lab, args } => super::lab_kubectl::run(lab, &args),
     }
 }
 
@@ -279,6 +290,12 @@ fn list() -> anyhow::Result<ExitCode> {
 }
 
 fn kubeconfig(number: u8) -> anyhow::Result<ExitCode> {
+    println!("{}", admin_kubeconfig_of(number)?.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The admin kubeconfig of lab `number`, which must be running with its control plane.
+pub(super) fn admin_kubeconfig_of(number: u8) -> anyhow::Result<PathBuf> {
     let name = format!("lab-{number}");
     if !owner::read_owner(&name).is_some_and(|o| o.is_alive()) {
         bail!("{name} is not running: start it with `harness lab up`");
@@ -291,6 +308,5 @@ fn kubeconfig(number: u8) -> anyhow::Result<ExitCode> {
             path.display()
         );
     }
-    println!("{}", path.display());
-    Ok(ExitCode::SUCCESS)
+    Ok(path)
 }

@@ -4,4 +4,5 @@ pub mod bench;
 pub mod bench_node;
 pub mod images;
 pub mod lab;
+pub mod lab_kubectl;
 pub mod vm;

@@ -11,22 +11,26 @@
 //! * `recipe/`: the recipe files it was built from, and `build.json`.
 
 use std::fs::{self, File};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use anyhow::Context;
 use flate2::{Compression, GzBuilder};
-use sha2::{Digest, Sha256};
 
+pub use super::entry::write_sidecar;
+use super::entry::{read_hex_of, require_built, sidecar_of};
+use super::recipe::RecipeFiles;
 use crate::cache::{Cache, RecipeKey};
-use crate::progress::{Step, run_logged};
+use crate::progress::Step;
 
 /// The cache kind of the CoreDNS artifact.
 pub const KIND: &str = "coredns";
 /// The recipe files, compiled in so the key and the build agree.
-const RECIPE_ENV: &str = include_str!("../../../images/coredns/recipe.env");
-const BUILD_SH: &str = include_str!("../../../images/coredns/build.sh");
+const FILES: RecipeFiles = RecipeFiles {
+    dir: "images/coredns",
+    env: include_str!("../../../images/coredns/recipe.env"),
+    script: include_str!("../../../images/coredns/build.sh"),
+    lowest_priority: false,
+};
 /// Bump when this file changes what a build produces (packing, layout).
 const PACK_REVISION: &str = "coredns-pack-1";
 /// The only architecture built here.
@@ -46,32 +50,17 @@ pub struct Recipe {
 impl Recipe {
     /// Parses `KEY=VALUE` lines (comments and blanks ignored).
     pub fn parse(text: &str) -> anyhow::Result<Recipe> {
-        let value = |key: &str| -> anyhow::Result<String> {
-            text.lines()
-                .map(str::trim)
-                .filter(|l| !l.starts_with('#'))
-                .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
-                .map(|v| v.trim().to_string())
-                .filter(|v| !v.is_empty())
-                .with_context(|| format!("images/coredns/recipe.env has no {key}="))
-        };
-        let version = value("COREDNS_VERSION")?;
-        anyhow::ensure!(
-            !version.starts_with('v') && version.split('.').count() == 3,
-            "images/coredns/recipe.env: COREDNS_VERSION={version} is not like 1.15.0"
-        );
+        let env = FILES.env_of(text);
         Ok(Recipe {
-            version,
-            go_toolchain: value("GO_TOOLCHAIN")?,
-            source_date_epoch: value("SOURCE_DATE_EPOCH")?
-                .parse()
-                .context("images/coredns/recipe.env: SOURCE_DATE_EPOCH is not a number")?,
+            version: env.version("COREDNS_VERSION", "1.15.0")?,
+            go_toolchain: env.value("GO_TOOLCHAIN")?,
+            source_date_epoch: env.number("SOURCE_DATE_EPOCH")?,
         })
     }
 
     /// The recipe as checked in.
     pub fn pinned() -> anyhow::Result<Recipe> {
-        Recipe::parse(RECIPE_ENV)
+        Recipe::parse(FILES.env)
     }
 
     /// `coredns_<ver>_linux_amd64.tgz`.
@@ -82,10 +71,7 @@ impl Recipe {
 
 /// The cache key: both recipe files and the packing revision.
 pub fn key() -> RecipeKey {
-    RecipeKey::new(KIND)
-        .with("recipe.env", RECIPE_ENV)
-        .with("build.sh", BUILD_SH)
-        .with("pack", PACK_REVISION)
+    FILES.key(KIND, PACK_REVISION)
 }
 
 /// A built CoreDNS artifact.
@@ -115,16 +101,9 @@ impl CoreDnsArtifact {
         let tarball = dir.join(recipe.tarball_name());
         let tarball_sidecar = sidecar_of(&tarball);
         let binary = dir.join(format!("offline/coredns/v{version}/bin/linux/{ARCH}/coredns"));
-        let read_hex = |path: &Path| -> anyhow::Result<String> {
-            let text = fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-            text.split_whitespace()
-                .next()
-                .map(str::to_string)
-                .with_context(|| format!("{} is empty", path.display()))
-        };
         Ok(CoreDnsArtifact {
-            tarball_sha256: read_hex(&tarball_sidecar)?,
-            binary_sha256: read_hex(&sidecar_of(&binary))?,
+            tarball_sha256: read_hex_of(&tarball_sidecar)?,
+            binary_sha256: read_hex_of(&sidecar_of(&binary))?,
             release_root: dir.join("release"),
             offline_bundle: dir.join("offline"),
             dir: dir.to_path_buf(),
@@ -146,17 +125,9 @@ pub fn build(cache: &Cache) -> anyhow::Result<CoreDnsArtifact> {
 /// The cached artifact; fails at once, naming `harness images build`, when it is missing.
 pub fn require(cache: &Cache) -> anyhow::Result<CoreDnsArtifact> {
     let recipe = Recipe::pinned()?;
-    let key = key();
-    match cache.lookup(KIND, &key) {
-        Some(dir) => CoreDnsArtifact::at(&dir, &recipe),
-        None => anyhow::bail!(
-            "the CoreDNS {} artifact ({KIND} {}) is not built in {}: run `harness images build` \
-             (or `harness images coredns`)",
-            recipe.version,
-            key.hex(),
-            cache.root().display()
-        ),
-    }
+    let what = format!("CoreDNS {} artifact", recipe.version);
+    let dir = require_built(cache, KIND, &key(), &what, "coredns")?;
+    CoreDnsArtifact::at(&dir, &recipe)
 }
 
 fn build_into(recipe: &Recipe, out: &Path, log: &Path) -> anyhow::Result<()> {
@@ -164,19 +135,8 @@ fn build_into(recipe: &Recipe, out: &Path, log: &Path) -> anyhow::Result<()> {
         "building CoreDNS v{} (go install, {})",
         recipe.version, recipe.go_toolchain
     ));
-    let recipe_dir = out.join("recipe");
-    fs::create_dir_all(&recipe_dir)?;
-    fs::write(recipe_dir.join("recipe.env"), RECIPE_ENV)?;
-    fs::write(recipe_dir.join("build.sh"), BUILD_SH)?;
     let gobin = out.join("gobin");
-    run_logged(
-        Command::new("sh")
-            .arg(recipe_dir.join("build.sh"))
-            .arg(&gobin)
-            .env("GO", super::go::go_binary()?),
-        log,
-        &step,
-    )?;
+    FILES.run_build_script(out, &gobin, log, &step)?;
     step.message("packing the release tarball and the offline bundle");
     let built = gobin.join("coredns");
     check_version(&built, &recipe.version)?;
@@ -249,23 +209,6 @@ pub fn write_tarball(binary: &Path, tarball: &Path, mtime: u32) -> anyhow::Resul
     let file = tar.into_inner()?.finish()?;
     file.sync_all()?;
     Ok(())
-}
-
-/// Writes `<path>.sha256` as `<hex>  <file name>`; returns its path.
-pub fn write_sidecar(path: &Path) -> anyhow::Result<PathBuf> {
-    let mut hasher = Sha256::new();
-    std::io::copy(&mut File::open(path)?, &mut hasher)?;
-    let name = path.file_name().context("no file name")?.to_string_lossy();
-    let sidecar = sidecar_of(path);
-    let mut file = File::create(&sidecar)?;
-    writeln!(file, "{}  {name}", hex::encode(hasher.finalize()))?;
-    Ok(sidecar)
-}
-
-fn sidecar_of(path: &Path) -> PathBuf {
-    let mut os = path.as_os_str().to_owned();
-    os.push(".sha256");
-    PathBuf::from(os)
 }
 
 #[cfg(test)]

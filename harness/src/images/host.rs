@@ -12,6 +12,7 @@ use std::process::Command;
 
 use anyhow::Context;
 
+use super::entry::{read_json, require_built};
 use super::mmdebstrap::{self, MANIFEST, Recipe};
 use crate::cache::{Cache, RecipeKey};
 use crate::progress::{Step, run_logged};
@@ -84,23 +85,12 @@ pub fn build(cache: &Cache) -> anyhow::Result<HostImage> {
 
 /// The cached host image; fails at once, naming `harness images build`, when it is missing.
 pub fn require(cache: &Cache) -> anyhow::Result<HostImage> {
-    let key = key()?;
-    match cache.lookup(KIND, &key) {
-        Some(dir) => load(&dir),
-        None => anyhow::bail!(
-            "the VM host image ({KIND} {}) is not built in {}: run `harness images build`",
-            key.hex(),
-            cache.root().display()
-        ),
-    }
+    load(&require_built(cache, KIND, &key()?, "VM host image", "host")?)
 }
 
 /// Reads a built entry's `image.json`.
 pub fn load(dir: &Path) -> anyhow::Result<HostImage> {
-    let path = dir.join("image.json");
-    let text = fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let json: ImageJson =
-        serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    let json: ImageJson = read_json(&dir.join("image.json"))?;
     Ok(HostImage {
         dir: dir.to_path_buf(),
         disk: dir.join(&json.disk),

@@ -21,15 +21,21 @@ use std::process::Command;
 use agent::artifact::source::{ArtifactSpec, KUBECTL, KUBELET};
 use anyhow::Context;
 
-use super::coredns::write_sidecar;
+use super::entry::{require_built, sidecar_of, write_sidecar_with};
+use super::recipe::RecipeFiles;
 use crate::cache::{Cache, RecipeKey};
-use crate::progress::{Step, run_logged};
+use crate::progress::Step;
 
 /// The cache kind of the Kubernetes binaries.
 pub const KIND: &str = "kubernetes";
-/// The recipe files, compiled in so the key and the build agree.
-const RECIPE_ENV: &str = include_str!("../../../images/kubernetes/recipe.env");
-const BUILD_SH: &str = include_str!("../../../images/kubernetes/build.sh");
+/// The recipe files, compiled in so the key and the build agree. Lowest priority: the machine
+/// is shared and the build takes every core it gets.
+const FILES: RecipeFiles = RecipeFiles {
+    dir: "images/kubernetes",
+    env: include_str!("../../../images/kubernetes/recipe.env"),
+    script: include_str!("../../../images/kubernetes/build.sh"),
+    lowest_priority: true,
+};
 /// Bump when this file changes what a build produces (layout, checks).
 const PACK_REVISION: &str = "kubernetes-pack-1";
 /// The only architecture built here.
@@ -61,34 +67,14 @@ pub struct Recipe {
 impl Recipe {
     /// Parses `KEY=VALUE` lines (comments and blanks ignored).
     pub fn parse(text: &str) -> anyhow::Result<Recipe> {
-        let value = |key: &str| -> anyhow::Result<String> {
-            text.lines()
-                .map(str::trim)
-                .filter(|l| !l.starts_with('#'))
-                .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
-                .map(|v| v.trim().to_string())
-                .filter(|v| !v.is_empty())
-                .with_context(|| format!("images/kubernetes/recipe.env has no {key}="))
-        };
-        let version = |key: &str| -> anyhow::Result<String> {
-            let v = value(key)?;
-            anyhow::ensure!(
-                !v.starts_with('v')
-                    && v.split('.').count() == 3
-                    && v.split('.').all(|p| p.parse::<u32>().is_ok()),
-                "images/kubernetes/recipe.env: {key}={v} is not like 1.35.4"
-            );
-            Ok(v)
-        };
+        let env = FILES.env_of(text);
         let recipe = Recipe {
-            version: version("KUBERNETES_VERSION")?,
-            staging_version: version("KUBERNETES_STAGING_VERSION")?,
-            etcd_version: version("ETCD_VERSION")?,
-            go_toolchain: value("GO_TOOLCHAIN")?,
+            version: env.version("KUBERNETES_VERSION", "1.35.4")?,
+            staging_version: env.version("KUBERNETES_STAGING_VERSION", "1.35.4")?,
+            etcd_version: env.version("ETCD_VERSION", "1.35.4")?,
+            go_toolchain: env.value("GO_TOOLCHAIN")?,
         };
-        value("KUBERNETES_SOURCE_DATE_EPOCH")?
-            .parse::<u64>()
-            .context("images/kubernetes/recipe.env: KUBERNETES_SOURCE_DATE_EPOCH is not a number")?;
+        env.number::<u64>("KUBERNETES_SOURCE_DATE_EPOCH")?;
         let expected_staging = format!(
             "0.{}",
             recipe.version.split_once('.').map_or("", |(_, rest)| rest)
@@ -105,16 +91,13 @@ impl Recipe {
 
     /// The recipe as checked in.
     pub fn pinned() -> anyhow::Result<Recipe> {
-        Recipe::parse(RECIPE_ENV)
+        Recipe::parse(FILES.env)
     }
 }
 
 /// The cache key: both recipe files and the packing revision.
 pub fn key() -> RecipeKey {
-    RecipeKey::new(KIND)
-        .with("recipe.env", RECIPE_ENV)
-        .with("build.sh", BUILD_SH)
-        .with("pack", PACK_REVISION)
+    FILES.key(KIND, PACK_REVISION)
 }
 
 /// The built Kubernetes binaries and etcd.
@@ -192,17 +175,9 @@ pub fn build(cache: &Cache) -> anyhow::Result<KubernetesArtifact> {
 /// The cached binaries; fails at once, naming the command that builds them, when missing.
 pub fn require(cache: &Cache) -> anyhow::Result<KubernetesArtifact> {
     let recipe = Recipe::pinned()?;
-    let key = key();
-    match cache.lookup(KIND, &key) {
-        Some(dir) => KubernetesArtifact::at(&dir, &recipe),
-        None => anyhow::bail!(
-            "the Kubernetes v{} binaries ({KIND} {}) are not built in {}: run `harness images build` \
-             (or `harness images kubernetes`)",
-            recipe.version,
-            key.hex(),
-            cache.root().display()
-        ),
-    }
+    let what = format!("Kubernetes v{} binaries", recipe.version);
+    let dir = require_built(cache, KIND, &key(), &what, "kubernetes")?;
+    KubernetesArtifact::at(&dir, &recipe)
 }
 
 fn build_into(recipe: &Recipe, out: &Path, log: &Path) -> anyhow::Result<()> {
@@ -210,21 +185,8 @@ fn build_into(recipe: &Recipe, out: &Path, log: &Path) -> anyhow::Result<()> {
         "building Kubernetes v{} and etcd v{} (go build, {}; a cold build takes long)",
         recipe.version, recipe.etcd_version, recipe.go_toolchain
     ));
-    let recipe_dir = out.join("recipe");
-    fs::create_dir_all(&recipe_dir)?;
-    fs::write(recipe_dir.join("recipe.env"), RECIPE_ENV)?;
-    fs::write(recipe_dir.join("build.sh"), BUILD_SH)?;
     let bin_dir = out.join("bin");
-    // Lowest priority: the machine is shared and the build takes every core it gets.
-    run_logged(
-        Command::new("nice")
-            .args(["-n", "19", "sh"])
-            .arg(recipe_dir.join("build.sh"))
-            .arg(&bin_dir)
-            .env("GO", super::go::go_binary()?),
-        log,
-        &step,
-    )?;
+    FILES.run_build_script(out, &bin_dir, log, &step)?;
     step.message("checking versions, laying out the release and the offline bundle");
     check_versions(recipe, &bin_dir)?;
     pack(recipe, out)?;
@@ -274,8 +236,9 @@ fn pack(recipe: &Recipe, out: &Path) -> anyhow::Result<()> {
             fs::hard_link(&built, path)?;
         }
         // `<hex>  <name>` in the bundle (as the CoreDNS bundle), the bare hex like dl.k8s.io.
-        let sidecar = write_sidecar(&offline)?;
-        let hex = bare_hex(&fs::read_to_string(&sidecar)?)?;
+        let hex = agent::artifact::checksum::sha256_file(&built)
+            .with_context(|| format!("hashing {}", built.display()))?;
+        write_sidecar_with(&offline, &hex)?;
         fs::write(sidecar_of(&release), format!("{hex}\n"))?;
     }
     fs::write(
@@ -295,22 +258,6 @@ fn pack(recipe: &Recipe, out: &Path) -> anyhow::Result<()> {
         }))? + "\n",
     )?;
     Ok(())
-}
-
-/// The digest of a `.sha256` sidecar in either form.
-fn bare_hex(sidecar: &str) -> anyhow::Result<String> {
-    let hex = sidecar.split_whitespace().next().unwrap_or_default();
-    anyhow::ensure!(
-        hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()),
-        "{sidecar:?} does not start with a SHA-256 hex digest"
-    );
-    Ok(hex.to_string())
-}
-
-fn sidecar_of(path: &Path) -> PathBuf {
-    let mut os = path.as_os_str().to_owned();
-    os.push(".sha256");
-    PathBuf::from(os)
 }
 
 #[cfg(test)]
@@ -366,7 +313,7 @@ mod tests {
             let bare = fs::read_to_string(sidecar_of(&release)).unwrap();
             assert_eq!(bare.len(), 65, "{bare:?}");
             let digest = bare.trim();
-            assert!(bare_hex(digest).is_ok(), "{bare:?}");
+            assert!(agent::artifact::checksum::is_sha256_hex(digest), "{bare:?}");
             assert_eq!(
                 fs::read_to_string(sidecar_of(&offline)).unwrap(),
                 format!("{digest}  {name}\n")
@@ -394,7 +341,9 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let cache = Cache::at(tmp.path().to_path_buf()).unwrap();
         let err = require(&cache).unwrap_err();
-        assert!(err.to_string().contains("harness images build"), "{err}");
-        assert!(err.to_string().contains("harness images kubernetes"), "{err}");
+        assert!(
+            err.to_string().contains("harness images build kubernetes"),
+            "{err}"
+        );
     }
 }

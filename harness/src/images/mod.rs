@@ -4,12 +4,16 @@
 //! machine rootfs tarball; `coredns`: the CoreDNS release artifact and offline bundle;
 //! `kubernetes`: the control plane and node binaries and etcd;
 //! `oci`: the pause and test container images as OCI archives (`oci_layout` writes them).
+//! Shared by them: `recipe` (the `recipe.env` + `build.sh` pair of the built-from-source ones),
+//! `entry` (a built entry's files: finding it, its JSON, `.sha256` sidecars), `mmdebstrap`, `go`.
 
 pub mod coredns;
+pub mod entry;
 pub mod go;
 pub mod host;
 pub mod kubernetes;
 pub mod mmdebstrap;
 pub mod oci;
 pub mod oci_layout;
+pub mod recipe;
 pub mod rootfs;

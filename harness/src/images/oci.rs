@@ -15,9 +15,11 @@ use std::process::Command;
 
 use anyhow::Context;
 
+use super::entry::{read_json, require_built, write_sidecar_with};
 use super::oci_layout::{ImageSpec, LayerEntry, WrittenImage, write_archive};
+use super::recipe::RecipeFiles;
 use crate::cache::{Cache, RecipeKey};
-use crate::progress::{Step, run_logged};
+use crate::progress::Step;
 
 /// The cache kind of the OCI images.
 pub const KIND: &str = "oci-images";
@@ -36,8 +38,12 @@ pub const BUSYBOX_APPLETS: [&str; 36] = [
 /// Where the test image's busybox comes from (Debian's `busybox-static`, see scripts/setup.sh).
 pub const HOST_BUSYBOX: &str = "/bin/busybox";
 /// The recipe files, compiled in so the key and the build agree.
-const RECIPE_ENV: &str = include_str!("../../../images/oci/recipe.env");
-const BUILD_SH: &str = include_str!("../../../images/oci/build.sh");
+const FILES: RecipeFiles = RecipeFiles {
+    dir: "images/oci",
+    env: include_str!("../../../images/oci/recipe.env"),
+    script: include_str!("../../../images/oci/build.sh"),
+    lowest_priority: false,
+};
 /// Bump when this file or `oci_layout.rs` changes what a build produces.
 const PACK_REVISION: &str = "oci-pack-2";
 const PATH_ENV: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -58,34 +64,19 @@ pub struct Recipe {
 impl Recipe {
     /// Parses `KEY=VALUE` lines (comments and blanks ignored).
     pub fn parse(text: &str) -> anyhow::Result<Recipe> {
-        let value = |key: &str| -> anyhow::Result<String> {
-            text.lines()
-                .map(str::trim)
-                .filter(|l| !l.starts_with('#'))
-                .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
-                .map(|v| v.trim().to_string())
-                .filter(|v| !v.is_empty())
-                .with_context(|| format!("images/oci/recipe.env has no {key}="))
-        };
-        let recipe = Recipe {
-            pause_version: value("PAUSE_VERSION")?,
-            pause_module_version: value("PAUSE_MODULE_VERSION")?,
-            pause_c_sha256: value("PAUSE_C_SHA256")?,
-            busybox_version: value("BUSYBOX_VERSION")?,
-            source_date_epoch: value("SOURCE_DATE_EPOCH")?
-                .parse()
-                .context("images/oci/recipe.env: SOURCE_DATE_EPOCH is not a number")?,
-        };
-        anyhow::ensure!(
-            recipe.pause_c_sha256.len() == 64 && recipe.pause_c_sha256.bytes().all(|b| b.is_ascii_hexdigit()),
-            "images/oci/recipe.env: PAUSE_C_SHA256 is not a sha256 hex digest"
-        );
-        Ok(recipe)
+        let env = FILES.env_of(text);
+        Ok(Recipe {
+            pause_version: env.value("PAUSE_VERSION")?,
+            pause_module_version: env.value("PAUSE_MODULE_VERSION")?,
+            pause_c_sha256: env.sha256("PAUSE_C_SHA256")?,
+            busybox_version: env.value("BUSYBOX_VERSION")?,
+            source_date_epoch: env.number("SOURCE_DATE_EPOCH")?,
+        })
     }
 
     /// The recipe as checked in.
     pub fn pinned() -> anyhow::Result<Recipe> {
-        Recipe::parse(RECIPE_ENV)
+        Recipe::parse(FILES.env)
     }
 
     /// The refs the recipe's versions give (they must equal [`PAUSE_REF`] and [`TEST_IMAGE_REF`]).
@@ -105,10 +96,8 @@ pub fn key() -> anyhow::Result<RecipeKey> {
              (scripts/setup.sh installs it: apt-get install busybox-static)"
         )
     })?;
-    Ok(RecipeKey::new(KIND)
-        .with("recipe.env", RECIPE_ENV)
-        .with("build.sh", BUILD_SH)
-        .with("pack", PACK_REVISION)
+    Ok(FILES
+        .key(KIND, PACK_REVISION)
         .with("refs", format!("{PAUSE_REF} {TEST_IMAGE_REF}"))
         .with("busybox", busybox))
 }
@@ -153,10 +142,7 @@ pub struct OciImages {
 impl OciImages {
     /// Reads a built entry's `manifest.json`, checking every archive it names is there.
     pub fn load(dir: &Path) -> anyhow::Result<OciImages> {
-        let path = dir.join("manifest.json");
-        let text = fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-        let manifest: ImagesManifest =
-            serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        let manifest: ImagesManifest = read_json(&dir.join("manifest.json"))?;
         let images = OciImages {
             dir: dir.to_path_buf(),
             manifest,
@@ -207,7 +193,7 @@ impl OciImages {
 
     /// Its `.sha256` sidecar.
     pub fn sidecar_of(&self, image: &ManifestImage) -> PathBuf {
-        self.dir.join(format!("{}.sha256", image.file))
+        super::entry::sidecar_of(&self.path_of(image))
     }
 }
 
@@ -221,16 +207,8 @@ pub fn build(cache: &Cache) -> anyhow::Result<OciImages> {
 
 /// The cached images; fails at once, naming `harness images build`, when they are missing.
 pub fn require(cache: &Cache) -> anyhow::Result<OciImages> {
-    let key = key()?;
-    match cache.lookup(KIND, &key) {
-        Some(dir) => OciImages::load(&dir),
-        None => anyhow::bail!(
-            "the OCI images ({PAUSE_REF}, {TEST_IMAGE_REF}; {KIND} {}) are not built in {}: \
-             run `harness images build` (or `harness images build oci`)",
-            key.hex(),
-            cache.root().display()
-        ),
-    }
+    let what = format!("OCI images {PAUSE_REF} and {TEST_IMAGE_REF}");
+    OciImages::load(&require_built(cache, KIND, &key()?, &what, "oci")?)
 }
 
 /// Builds into `out` (a fresh directory): the programs, then the archives and the manifest.
@@ -245,19 +223,8 @@ pub fn build_into(recipe: &Recipe, key: &RecipeKey, out: &Path, log: &Path) -> a
         "OCI images: pause {} (gcc -static) and busybox {}",
         recipe.pause_version, recipe.busybox_version
     ));
-    let recipe_dir = out.join("recipe");
-    fs::create_dir_all(&recipe_dir)?;
-    fs::write(recipe_dir.join("recipe.env"), RECIPE_ENV)?;
-    fs::write(recipe_dir.join("build.sh"), BUILD_SH)?;
     let bin = out.join("bin");
-    run_logged(
-        Command::new("sh")
-            .arg(recipe_dir.join("build.sh"))
-            .arg(&bin)
-            .env("GO", super::go::go_binary()?),
-        log,
-        &step,
-    )?;
+    FILES.run_build_script(out, &bin, log, &step)?;
     step.message("checking the programs, writing the archives");
     let pause_version = agent::exec::run_stdout(Command::new(bin.join("pause")).arg("-v"))?;
     let want = format!(
@@ -305,7 +272,7 @@ pub fn build_into(recipe: &Recipe, key: &RecipeKey, out: &Path, log: &Path) -> a
     ] {
         let file = format!("container-images/{ARCH}/{name}-{}.tar", tag(&spec.reference));
         let written = write_archive(&spec, &out.join(&file))?;
-        write_sidecar(&written)?;
+        write_sidecar_with(&written.path, &written.sha256)?;
         images.push(manifest_image(name, file, written, source));
     }
     let manifest = ImagesManifest {
@@ -376,14 +343,6 @@ fn first_line(text: &str) -> &str {
     text.lines().next().unwrap_or_default().trim()
 }
 
-fn write_sidecar(image: &WrittenImage) -> anyhow::Result<()> {
-    let name = image.path.file_name().context("no file name")?.to_string_lossy();
-    let mut sidecar = image.path.clone().into_os_string();
-    sidecar.push(".sha256");
-    fs::write(PathBuf::from(sidecar), format!("{}  {name}\n", image.sha256))?;
-    Ok(())
-}
-
 fn manifest_image(name: &str, file: String, written: WrittenImage, source: String) -> ManifestImage {
     ManifestImage {
         name: name.to_string(),
@@ -417,7 +376,7 @@ mod tests {
     fn recipe_without_a_field_is_refused_naming_it() {
         let err = Recipe::parse("PAUSE_VERSION=3.10.1\n").unwrap_err();
         assert!(err.to_string().contains("PAUSE_MODULE_VERSION"), "{err}");
-        let bad = RECIPE_ENV.replace("PAUSE_C_SHA256=14a3", "PAUSE_C_SHA256=zz");
+        let bad = FILES.env.replace("PAUSE_C_SHA256=14a3", "PAUSE_C_SHA256=zz");
         let err = Recipe::parse(&bad).unwrap_err();
         assert!(err.to_string().contains("PAUSE_C_SHA256"), "{err}");
     }

@@ -6,14 +6,13 @@
 //! `/dev`), `rootfs.tar.gz.sha256` (`<hex>  rootfs.tar.gz`), `packages.txt`
 //! (`dpkg -l`) and `image.json`.
 
-use std::fs::{self, File};
-use std::io::Read;
+use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::Context;
-use sha2::{Digest, Sha256};
 
+use super::entry::{read_json, require_built, sidecar_of, write_sidecar_with};
 use super::mmdebstrap::{self, MANIFEST, Recipe};
 use crate::cache::{Cache, RecipeKey};
 use crate::progress::{Step, run_logged};
@@ -72,27 +71,23 @@ pub fn build(cache: &Cache) -> anyhow::Result<Rootfs> {
 
 /// The cached rootfs; fails at once, naming `harness images build`, when it is missing.
 pub fn require(cache: &Cache) -> anyhow::Result<Rootfs> {
-    let key = key()?;
-    match cache.lookup(KIND, &key) {
-        Some(dir) => load(&dir),
-        None => anyhow::bail!(
-            "the nspawn machine rootfs ({KIND} {}) is not built in {}: run `harness images build`",
-            key.hex(),
-            cache.root().display()
-        ),
-    }
+    load(&require_built(
+        cache,
+        KIND,
+        &key()?,
+        "nspawn machine rootfs",
+        "rootfs",
+    )?)
 }
 
 /// Reads a built entry's `image.json`.
 pub fn load(dir: &Path) -> anyhow::Result<Rootfs> {
-    let path = dir.join("image.json");
-    let text = fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let json: ImageJson =
-        serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    let json: ImageJson = read_json(&dir.join("image.json"))?;
+    let tarball = dir.join(&json.tarball);
     Ok(Rootfs {
         dir: dir.to_path_buf(),
-        tarball: dir.join(&json.tarball),
-        sha256_file: dir.join(format!("{}.sha256", json.tarball)),
+        sha256_file: sidecar_of(&tarball),
+        tarball,
         sha256: json.sha256,
         packages: dir.join(&json.packages),
         key: json.key,
@@ -113,10 +108,7 @@ fn build_into(recipe: &Recipe, out: &Path, log: &Path) -> anyhow::Result<()> {
 
     let tarball = out.join(TARBALL);
     let sha256 = sha256_file(&tarball)?;
-    fs::write(
-        out.join(format!("{TARBALL}.sha256")),
-        format!("{sha256}  {TARBALL}\n"),
-    )?;
+    write_sidecar_with(&tarball, &sha256)?;
     let json = ImageJson {
         kind: KIND.to_string(),
         key,
@@ -136,19 +128,7 @@ fn build_into(recipe: &Recipe, out: &Path, log: &Path) -> anyhow::Result<()> {
 
 /// The sha256 of a file's contents, in hex.
 pub fn sha256_file(path: &Path) -> anyhow::Result<String> {
-    let mut file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = file
-            .read(&mut buf)
-            .with_context(|| format!("reading {}", path.display()))?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-    }
-    Ok(hex::encode(hasher.finalize()))
+    agent::artifact::checksum::sha256_file(path).with_context(|| format!("hashing {}", path.display()))
 }
 
 #[cfg(test)]

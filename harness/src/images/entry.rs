@@ -1,0 +1,128 @@
+//! A built cache entry's files: the entry itself (or an error naming the command that builds it),
+//! the JSON that describes it and the `.sha256` sidecars next to its files.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use serde::de::DeserializeOwned;
+
+use crate::cache::{Cache, RecipeKey};
+
+/// The built entry of `key`; when it is missing, an error naming `what` it holds and the
+/// command that builds it (`image` is its name for `harness images build`: `host`, `oci`, ...).
+pub fn require_built(
+    cache: &Cache,
+    kind: &str,
+    key: &RecipeKey,
+    what: &str,
+    image: &str,
+) -> anyhow::Result<PathBuf> {
+    cache.lookup(kind, key).with_context(|| {
+        format!(
+            "no {what} ({kind} {}) in {}: run `harness images build` (or `harness images build {image}`)",
+            key.hex(),
+            cache.root().display()
+        )
+    })
+}
+
+/// Reads and parses a JSON file of an entry (`image.json`, `manifest.json`).
+pub fn read_json<T: DeserializeOwned>(path: &Path) -> anyhow::Result<T> {
+    let text = fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+}
+
+/// `<path>.sha256`.
+pub fn sidecar_of(path: &Path) -> PathBuf {
+    let mut os = path.as_os_str().to_owned();
+    os.push(".sha256");
+    PathBuf::from(os)
+}
+
+/// Hashes `path` and writes `<path>.sha256` as `<hex>  <file name>` (as `sha256sum` does); returns its path.
+pub fn write_sidecar(path: &Path) -> anyhow::Result<PathBuf> {
+    let hex = agent::artifact::checksum::sha256_file(path)
+        .with_context(|| format!("hashing {}", path.display()))?;
+    write_sidecar_with(path, &hex)
+}
+
+/// The digest a `.sha256` sidecar holds, in either form (`<hex>  <file name>` or the bare hex).
+pub fn read_hex_of(sidecar: &Path) -> anyhow::Result<String> {
+    let text = fs::read_to_string(sidecar).with_context(|| format!("reading {}", sidecar.display()))?;
+    let hex = text.split_whitespace().next().unwrap_or_default();
+    anyhow::ensure!(
+        agent::artifact::checksum::is_sha256_hex(hex),
+        "{} holds {text:?}, not a SHA-256 hex digest first",
+        sidecar.display()
+    );
+    Ok(hex.to_string())
+}
+
+/// Writes `<path>.sha256` as `<hex>  <file name>` for a digest already known; returns its path.
+pub fn write_sidecar_with(path: &Path, hex: &str) -> anyhow::Result<PathBuf> {
+    let name = path.file_name().context("no file name")?.to_string_lossy();
+    let sidecar = sidecar_of(path);
+    fs::write(&sidecar, format!("{hex}  {name}\n"))
+        .with_context(|| format!("writing {}", sidecar.display()))?;
+    Ok(sidecar)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn require_built_names_what_is_missing_and_the_command_that_builds_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = Cache::at(tmp.path().to_path_buf()).unwrap();
+        let key = RecipeKey::new("t");
+        let err = require_built(&cache, "t-kind", &key, "test thing", "t")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            format!(
+                "no test thing (t-kind {}) in {}: run `harness images build` (or `harness images build t`)",
+                key.hex(),
+                tmp.path().display()
+            )
+        );
+        fs::create_dir_all(cache.entry_path("t-kind", &key)).unwrap();
+        assert_eq!(
+            require_built(&cache, "t-kind", &key, "test thing", "t").unwrap(),
+            cache.entry_path("t-kind", &key)
+        );
+    }
+
+    #[test]
+    fn sidecar_is_the_digest_and_the_file_name_as_sha256sum_writes_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.tgz");
+        fs::write(&path, "abc").unwrap();
+        let sidecar = write_sidecar(&path).unwrap();
+        assert_eq!(sidecar, dir.path().join("f.tgz.sha256"));
+        assert_eq!(
+            fs::read_to_string(&sidecar).unwrap(),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad  f.tgz\n"
+        );
+        assert_eq!(
+            read_hex_of(&sidecar).unwrap(),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        fs::write(&sidecar, "\n").unwrap();
+        let err = read_hex_of(&sidecar).unwrap_err();
+        assert!(err.to_string().contains("not a SHA-256 hex digest"), "{err}");
+    }
+
+    #[test]
+    fn read_json_names_the_file_it_cannot_parse() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("image.json");
+        fs::write(&path, "{").unwrap();
+        let err = read_json::<serde_json::Value>(&path).unwrap_err();
+        assert_eq!(err.to_string(), format!("parsing {}", path.display()));
+        let err = read_json::<serde_json::Value>(&dir.path().join("none.json")).unwrap_err();
+        assert!(err.to_string().starts_with("reading "), "{err}");
+    }
+}
