@@ -84,7 +84,7 @@ fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
 }
 
 #[test]
-fn lab_down_from_another_terminal_stops_lab_up_and_leaves_nothing() {
+fn lab_up_answers_its_example_name_and_lab_down_from_another_terminal_stops_it_leaving_nothing() {
     let n = unused_number(0);
     let mut up = lab_up(n);
     let name = format!("lab-{n}");
@@ -98,6 +98,15 @@ fn lab_down_from_another_terminal_stops_lab_up_and_leaves_nothing() {
         String::from_utf8_lossy(&dig.stdout).contains("NXDOMAIN"),
         "the lab's DNS server did not answer"
     );
+    // `lab up` adds one name to try by hand (docs/quickstart.md), pointing at the bridge.
+    let bridge = format!("192.168.{}.1", 100 + u32::from(n));
+    let hello = agent::exec::run_stdout(netns::command_in(&name, "dig").args([
+        &format!("@{bridge}"),
+        "+short",
+        "hello.lab.test",
+    ]))
+    .unwrap();
+    assert_eq!(hello.trim(), bridge, "hello.lab.test");
 
     let down = agent::exec::run(Command::new(HARNESS).args(["lab", "down", "--lab", &n.to_string()]));
     assert!(down.is_ok(), "{}", down.unwrap_err());

@@ -11,6 +11,9 @@ use harness::vm::{BootImage, RunDir, Vm};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
+/// The upstream name `harness lab up` adds to its lab's DNS (A: the bridge address), to try by hand.
+const HAND_NAME: &str = "hello.lab.test";
+
 #[derive(clap::Subcommand)]
 pub enum Command {
     /// Start lab 0 (namespace `lab-0`, 192.168.100.0/24) with the Kubernetes control plane
@@ -116,6 +119,10 @@ fn up(node_config: &Path, no_vm: bool, control_plane: bool, number: u8) -> anyho
         ..LabSpec::interactive()
     })?;
     let addrs = *lab.addrs();
+    // One upstream name to try by hand (docs/quickstart.md): the lab's DNS answers nothing else.
+    lab.dns()
+        .set_a(HAND_NAME, &[addrs.bridge_ip()], 300)
+        .context("adding the lab's example name")?;
     eprintln!(
         "==> lab {} up in {:.1}s: bridge {}/24, upstream DNS {}, artifacts {} (serving {})",
         lab.name(),
@@ -191,7 +198,7 @@ fn print_how_to(lab: &Lab, vm: Option<&Vm>) {
     if let Some(cluster) = lab.cluster() {
         text += &format!(
             "  cluster:   Kubernetes {} at {} (VMs), {} (host); logs in {}\n\
-             \x20 kubectl:   export KUBECONFIG={}   (or `harness lab kubeconfig`)\n\
+             \x20 kubectl:   harness lab kubectl -- get nodes -o wide   (or KUBECONFIG={})\n\
              \x20 cluster DNS: ip netns exec {} dig @{} kubernetes.default.svc.cluster.local\n",
             cluster.kubernetes_version,
             cluster.api_server,
@@ -203,7 +210,7 @@ fn print_how_to(lab: &Lab, vm: Option<&Vm>) {
         );
     }
     text += &format!(
-        "  in the lab: ip netns exec {} dig @{} <name>\n\
+        "  in the lab: ip netns exec {} dig @{} {HAND_NAME}   (upstream DNS)\n\
          \x20 DNS/HTTP logs: {}\n\
          \x20 stop:      Ctrl-C here, or `harness lab down` from another terminal\n",
         lab.name(),
