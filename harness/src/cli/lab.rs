@@ -113,11 +113,16 @@ fn up(node_config: &Path, no_vm: bool, control_plane: bool, number: u8) -> anyho
     if control_plane {
         eprintln!("==> starting the lab and its control plane (etcd, kube-apiserver, ...) ...");
     }
-    let lab = Lab::start(LabSpec {
+    let mut spec = LabSpec {
         number: Some(number),
         control_plane,
         ..LabSpec::interactive()
-    })?;
+    };
+    if number != harness::lab::addr::INTERACTIVE_LAB {
+        // Another lab number (the tests' `--lab`) keeps its logs apart from lab 0's.
+        spec.log_dir = Some(harness::evidence::test_dir(&format!("lab-up-{number}")).join("lab"));
+    }
+    let lab = Lab::start(spec)?;
     let addrs = *lab.addrs();
     // One upstream name to try by hand (docs/quickstart.md): the lab's DNS answers nothing else.
     lab.dns()
