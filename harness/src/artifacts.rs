@@ -136,21 +136,15 @@ pub fn publish(lab: &Lab, cache: &Cache) -> Result<LabArtifacts, ArtifactsError>
         images,
     } = inputs;
     let base_url = lab.addrs().http_url();
-    let rootfs_name = file_name(&rootfs.tarball);
-    let images_dir = images
-        .dir
-        .join(CONTAINER_IMAGES_PATH.trim_start_matches('/'))
-        .join(oci::ARCH);
-    let published = vec![
+    let mut published = vec![
         (COREDNS_PATH.to_string(), coredns.release_root.clone()),
         (KUBERNETES_PATH.to_string(), kubernetes.release_root.clone()),
-        (format!("{ROOTFS_PATH}/{rootfs_name}"), rootfs.tarball.clone()),
-        (
-            format!("{ROOTFS_PATH}/{rootfs_name}.sha256"),
-            rootfs.sha256_file.clone(),
-        ),
-        (format!("{CONTAINER_IMAGES_PATH}/{}", oci::ARCH), images_dir),
     ];
+    published.extend(
+        pinned_files(&rootfs, &images)
+            .into_iter()
+            .map(|(relative, file)| (format!("/{}", relative.display()), file)),
+    );
     for (url_path, file) in &published {
         lab.http()
             .publish(url_path, file)
@@ -160,7 +154,7 @@ pub fn publish(lab: &Lab, cache: &Cache) -> Result<LabArtifacts, ArtifactsError>
             })?;
     }
     let url = |path: &str| format!("{base_url}{path}");
-    let container_images = [images.pause(), images.test_image()]
+    let container_images = node_images(&images)
         .into_iter()
         .map(|image| ContainerImageConfig {
             reference: Some(image.reference.clone()),
@@ -182,7 +176,7 @@ pub fn publish(lab: &Lab, cache: &Cache) -> Result<LabArtifacts, ArtifactsError>
             }),
         },
         machine_image: MachineImageConfig {
-            url: Some(url(&format!("{ROOTFS_PATH}/{rootfs_name}"))),
+            url: Some(url(&format!("/{}", rootfs_file(&rootfs)))),
             sha256: Some(rootfs.sha256.clone()),
         },
         container_images,
@@ -199,12 +193,12 @@ pub fn publish(lab: &Lab, cache: &Cache) -> Result<LabArtifacts, ArtifactsError>
 /// The bundle's key: the keys of everything in it, so it changes with any of them.
 fn bundle_key(inputs: &Inputs) -> RecipeKey {
     let entry_key = |dir: &Path| dir.file_name().unwrap_or_default().to_string_lossy().into_owned();
-    RecipeKey::new(BUNDLE_KIND)
-        .with("layout", "offline-bundle-1")
-        .with("coredns", entry_key(&inputs.coredns.dir))
-        .with("kubernetes", entry_key(&inputs.kubernetes.dir))
-        .with("rootfs", entry_key(&inputs.rootfs.dir))
-        .with("oci", entry_key(&inputs.images.dir))
+    crate::images::prune::current::bundle_key(
+        &entry_key(&inputs.coredns.dir),
+        &entry_key(&inputs.kubernetes.dir),
+        &entry_key(&inputs.rootfs.dir),
+        &entry_key(&inputs.images.dir),
+    )
 }
 
 /// Assembles (once per set of inputs) the offline bundle from hard links into the cache.
@@ -239,22 +233,18 @@ fn assemble_bundle(inputs: &Inputs, out: &Path) -> anyhow::Result<()> {
             kubernetes.offline_binary(&spec),
         );
     }
-    let rootfs_file = format!("rootfs/{}", file_name(&rootfs.tarball));
-    with_sidecar(PathBuf::from(&rootfs_file), rootfs.tarball.clone());
-    for image in [images.pause(), images.test_image()] {
-        with_sidecar(PathBuf::from(&image.file), images.path_of(image));
-    }
+    files.extend(pinned_files(rootfs, images));
     for (relative, source) in &files {
         let dest = out.join(relative);
         fs::create_dir_all(dest.parent().context("bundle path without a parent")?)?;
         link_or_copy(source, &dest)?;
     }
-    let [pause_version, busybox_version] = [images.pause(), images.test_image()].map(|i| {
+    let [pause_version, busybox_version] = node_images(images).map(|i| {
         crate::images::oci_layout::tag_of(&i.reference)
             .unwrap_or_default()
             .to_string()
     });
-    let container_images = [images.pause(), images.test_image()]
+    let container_images = node_images(images)
         .map(|i| serde_json::json!({ "Ref": i.reference, "File": i.file, "SHA256": i.sha256 }));
     let manifest = serde_json::json!({
         "versions": {
@@ -263,7 +253,7 @@ fn assemble_bundle(inputs: &Inputs, out: &Path) -> anyhow::Result<()> {
             "pause": pause_version,
             "busybox": busybox_version,
         },
-        "machineImage": { "File": rootfs_file, "SHA256": rootfs.sha256 },
+        "machineImage": { "File": rootfs_file(rootfs), "SHA256": rootfs.sha256 },
         "containerImages": container_images,
     });
     fs::write(
@@ -271,6 +261,39 @@ fn assemble_bundle(inputs: &Inputs, out: &Path) -> anyhow::Result<()> {
         serde_json::to_string_pretty(&manifest)? + "\n",
     )?;
     Ok(())
+}
+
+/// The images a node gets (`ContainerImages`): pause first, then the test image.
+fn node_images(images: &oci::OciImages) -> [&oci::ManifestImage; 2] {
+    [images.pause(), images.test_image()]
+}
+
+/// `rootfs/<tarball>`: the rootfs tarball's place on the server and in the bundle.
+fn rootfs_file(rootfs: &rootfs::Rootfs) -> String {
+    format!(
+        "{}/{}",
+        ROOTFS_PATH.trim_start_matches('/'),
+        file_name(&rootfs.tarball)
+    )
+}
+
+/// The two trees laid out alike on the artifact server and in the offline bundle (spec §4):
+/// `rootfs/<tarball>` and `container-images/<arch>/<name>-<tag>.tar`, each with its `.sha256`,
+/// as (relative path, host file).
+fn pinned_files(rootfs: &rootfs::Rootfs, images: &oci::OciImages) -> Vec<(PathBuf, PathBuf)> {
+    let mut files = vec![(PathBuf::from(rootfs_file(rootfs)), rootfs.tarball.clone())];
+    files.extend(
+        node_images(images)
+            .into_iter()
+            .map(|image| (PathBuf::from(&image.file), images.path_of(image))),
+    );
+    files
+        .into_iter()
+        .flat_map(|(relative, file)| {
+            let sums = (sidecar(&relative), sidecar(&file));
+            [(relative, file), sums]
+        })
+        .collect()
 }
 
 /// A hard link (the bundle lives in the same cache), else a copy.

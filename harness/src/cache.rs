@@ -115,6 +115,16 @@ impl Cache {
         path.is_dir().then_some(path)
     }
 
+    /// The lock file every build (and removal) of entry `key` (hex) of `kind` holds.
+    pub fn lock_path(&self, kind: &str, key: &str) -> PathBuf {
+        self.root.join(kind).join(format!("{key}.lock"))
+    }
+
+    /// The build log of entry `key` (hex) of `kind`.
+    pub fn log_path(&self, kind: &str, key: &str) -> PathBuf {
+        self.root.join(kind).join(format!("{key}.log"))
+    }
+
     /// Returns the entry's directory, building it first if it is missing.
     ///
     /// `build` receives an empty temporary directory to fill and the path of
@@ -132,7 +142,7 @@ impl Cache {
         }
         let kind_dir = self.root.join(kind);
         fs::create_dir_all(&kind_dir).map_err(io_err(&kind_dir))?;
-        let lock_path = kind_dir.join(format!("{}.lock", key.hex()));
+        let lock_path = self.lock_path(kind, &key.hex());
         let lock = File::create(&lock_path).map_err(io_err(&lock_path))?;
         if lock.try_lock().is_err() {
             eprintln!("waiting for another process building {kind} {} ...", key.hex());
@@ -146,7 +156,7 @@ impl Cache {
             fs::remove_dir_all(&tmp).map_err(io_err(&tmp))?;
         }
         fs::create_dir_all(&tmp).map_err(io_err(&tmp))?;
-        let log = kind_dir.join(format!("{}.log", key.hex()));
+        let log = self.log_path(kind, &key.hex());
         match build(&tmp, &log) {
             Ok(()) => {
                 fs::rename(&tmp, &final_path).map_err(io_err(&final_path))?;

@@ -307,6 +307,27 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn localdns_offline_node_config_takes_every_artifact_from_the_bundle() {
+        let node = NodeConfig::load(&node_configs().join("localdns-offline.json")).unwrap();
+        assert!(node.offline && node.local_dns);
+        let values = LabValues {
+            offline_source: Some("/mnt/lab".into()),
+            ..lab()
+        };
+        let config = agent::validate::validate(&node.agent_config(&values).unwrap()).unwrap();
+        assert_eq!(config.offline_source.as_deref(), Some("/mnt/lab"));
+        assert!(config.local_dns.expect("LocalDNS enabled").notrack_replies);
+        // The VM name is the node's name: at most 15 characters (a tap-sized name).
+        assert!(node.name().len() <= 15, "{}", node.name());
+        let online = NodeConfig::load(&node_configs().join("localdns.json")).unwrap();
+        let raw = online.agent_config(&values).unwrap();
+        assert_eq!(
+            raw.offline_artifacts, None,
+            "an online node ignores the lab's bundle"
+        );
+    }
+
+    #[test]
     fn offline_without_a_bundle_is_an_error() {
         let node = NodeConfig {
             name: Some("n1".into()),

@@ -13,6 +13,9 @@
 //! `harness::evidence`), the lab's DNS and HTTP logs under `.../<test>/lab/`.
 
 pub mod cluster;
+pub mod dns;
+pub mod host_state;
+pub mod metrics;
 pub mod node;
 
 use std::path::{Path, PathBuf};

@@ -1,6 +1,13 @@
 //! [`JoinedNode`]: a lab with its control plane, the node artifacts published, one VM booted
 //! for a node config and the agent deployed and started on it — the start of every scenario
 //! about a node in the cluster.
+//!
+//! An offline node config (`"offline": true`) changes this transparently: its VM boots from a
+//! fresh overlay as always, with the offline bundle as its 9p share (read-only at `/mnt/lab`,
+//! the agent's `OfflineArtifacts.Source`) and no route to the artifact server from before its
+//! first boot ([`harness::deploy::offline`]); [`JoinedNode::join`] proves the block from inside
+//! the VM, and [`JoinedNode::run_case`] checks after the case that the artifact server logged no
+//! request, then (positive control) that it logs the VM's request once the route is back.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -9,9 +16,10 @@ use anyhow::Context;
 use harness::artifacts::LabArtifacts;
 use harness::controlplane::ClusterAccess;
 use harness::deploy::DeployedNode;
-use harness::lab::{Lab, LabSpec};
+use harness::deploy::offline;
+use harness::lab::{Lab, LabSpec, VmNic};
 use harness::node_config::NodeConfig;
-use harness::vm::{BootImage, Vm};
+use harness::vm::{BootImage, Vm, VmSpec};
 
 /// A node that joined (its `start` finished) with what a scenario needs to check it. Fields drop
 /// in order: the VM (collecting evidence if the test panicked), then the lab.
@@ -60,9 +68,17 @@ impl ClusterLab {
         let artifacts = step("publishing the node artifacts", || {
             Ok(harness::artifacts::publish(&lab, &cache)?)
         })?;
-        let vm = step(&format!("booting VM {}", node.name()), || {
-            Ok(lab.add_vm(node.name(), BootImage::from(&image))?)
-        })?;
+        let nic = lab.attach_vm()?;
+        let mut spec = VmSpec::new(lab.name(), node.name(), BootImage::from(&image));
+        nic.apply(&mut spec);
+        if node.offline {
+            step(
+                &format!("cutting {} off from the artifact server", nic.ip),
+                || Ok(offline::cut_off(&lab, nic.ip)?),
+            )?;
+            spec.share = Some(artifacts.offline_bundle_dir().to_path_buf());
+        }
+        let vm = step(&format!("booting VM {}", node.name()), || Ok(Vm::boot(spec)?))?;
         Ok(ClusterLab {
             vm,
             lab,
@@ -89,14 +105,34 @@ impl JoinedNode {
     /// Lab with control plane → artifacts published → VM booted → agent deployed and `start`
     /// run. Each step's failure names the step; a deploy failure carries its evidence path.
     pub fn join(node_config: &Path) -> anyhow::Result<JoinedNode> {
+        JoinedNode::join_with(node_config, |_| Ok(()))
+    }
+
+    /// [`JoinedNode::join`] that runs `before_deploy` on the booted lab (VM up, nothing
+    /// deployed yet), e.g. to change the VM's resolv.conf the agent reads.
+    pub fn join_with(
+        node_config: &Path,
+        before_deploy: impl FnOnce(&ClusterLab) -> anyhow::Result<()>,
+    ) -> anyhow::Result<JoinedNode> {
         let node = NodeConfig::load(node_config)?;
+        let booted = ClusterLab::boot(node)?;
+        step("preparing the VM before deploying", || before_deploy(&booted))?;
         let ClusterLab {
             vm,
             lab,
             node,
             test,
             artifacts,
-        } = ClusterLab::boot(node)?;
+        } = booted;
+        if node.offline {
+            let seen = step("proving the VM has no route to the artifact server", || {
+                Ok(offline::prove_no_route(&lab, &vm)?)
+            })?;
+            eprintln!("==> {seen}");
+            step("checking the VM sees the offline bundle", || {
+                Ok(offline::hand_over(&vm, &artifacts)?)
+            })?;
+        }
         let deployed = step(&format!("deploying the agent to {}", node.name()), || {
             Ok(harness::deploy::deploy_node_as(
                 &lab, &vm, &node, &artifacts, &test,
@@ -127,12 +163,44 @@ impl JoinedNode {
         node_config: &Path,
         case: impl FnOnce(&mut JoinedNode) -> anyhow::Result<()>,
     ) -> anyhow::Result<()> {
-        let mut node = JoinedNode::join(node_config)?;
-        if let Err(err) = case(&mut node) {
+        JoinedNode::run_case_with(node_config, |_| Ok(()), case)
+    }
+
+    /// [`JoinedNode::run_case`] joining with [`JoinedNode::join_with`]`(node_config, before_deploy)`.
+    pub fn run_case_with(
+        node_config: &Path,
+        before_deploy: impl FnOnce(&ClusterLab) -> anyhow::Result<()>,
+        case: impl FnOnce(&mut JoinedNode) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        let mut node = JoinedNode::join_with(node_config, before_deploy)?;
+        if let Err(err) = case(&mut node).and_then(|()| node.ensure_stayed_offline()) {
             let dir = node.collect_evidence(&format!("{err:#}"));
             return Err(err.context(format!("evidence in {}", dir.display())));
         }
         node.shutdown()
+    }
+
+    /// For an offline node: the artifact server logged no request at all (quoting any it did);
+    /// then, as the positive control, the VM gets its route back and its one request shows in
+    /// the log. Nothing for an online node.
+    pub fn ensure_stayed_offline(&self) -> anyhow::Result<()> {
+        if !self.node.offline {
+            return Ok(());
+        }
+        offline::ensure_no_requests(&self.lab)?;
+        eprintln!("==> offline: the artifact server logged no request");
+        let nic = self.nic()?;
+        offline::control_after_unblock(&self.lab, &self.vm, nic.ip)?;
+        eprintln!(
+            "==> positive control: with its route back, the request of {} shows in the artifact server's log",
+            nic.ip
+        );
+        Ok(())
+    }
+
+    /// The VM's place in the lab (tap, address).
+    pub fn nic(&self) -> anyhow::Result<VmNic> {
+        Ok(harness::deploy::lab_values::nic_of(&self.lab, &self.vm)?)
     }
 
     /// The cluster of the lab.

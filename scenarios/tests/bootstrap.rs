@@ -17,6 +17,7 @@ use scenarios::node::JoinedNode;
 #[rstest]
 #[case::localdns("localdns.json")]
 #[case::localdns_off("localdns-off.json")]
+#[case::localdns_offline("localdns-offline.json")]
 fn node_joins_runs_a_pod_with_a_readable_log_and_start_again_changes_nothing(
     #[case] file: &str,
 ) -> anyhow::Result<()> {
@@ -78,6 +79,11 @@ fn bootstrap(node: &mut JoinedNode) -> anyhow::Result<()> {
             "with LocalDNS off, localdns.service must not exist in {machine}; its LoadState is {:?}",
             load.trim()
         );
+        // Issue #9 item 4: no LocalDNS host state or machine units/files, and ClusterFirst pods
+        // resolve through Cluster.ClusterDNS.
+        scenarios::host_state::ensure_localdns_absent(&node.vm, &machine)?;
+        let cluster_dns = node.cluster().cluster_dns;
+        scenarios::host_state::ensure_cluster_first_pod_resolves_through(node, cluster_dns)?;
     }
 
     // An ordinary pod (pod network, not hostNetwork, image never pulled) runs on the node and

@@ -1,12 +1,14 @@
-//! `harness images ...`: build the cached images and artifacts, list what is cached.
+//! `harness images ...`: build the cached images and artifacts, list what is cached, prune old ones.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
 use harness::cache::Cache;
+use harness::images::prune::{self, CurrentKeys, InUse, Verdict};
 use harness::images::{coredns, host, kubernetes, oci, rootfs};
-use harness::vm::{Accel, BootImage, BootMode, VmSpec, state};
+use harness::lab::owner;
+use harness::vm::{Accel, BootImage, BootMode, RunDir, VmSpec, state};
 
 #[derive(clap::Subcommand)]
 pub enum Command {
@@ -24,6 +26,18 @@ pub enum Command {
     },
     /// List the cached images and artifacts: kind, key, size, path.
     List,
+    /// Remove the cached entries the current recipes no longer give (old keys), with their
+    /// logs and locks, and partial builds left by processes that are gone.
+    ///
+    /// Kept: the current entries, an entry whose lock is held (being built), an entry a
+    /// process has open or a VM overlay (in $LAB_STATE_DIR) or a kept entry is backed by.
+    /// Left alone and reported: anything the cache does not know. Refuses while a lab runs
+    /// (`harness lab list`), except with --dry-run.
+    Prune {
+        /// Print what would be removed and freed; remove nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// Build (or find) the CoreDNS release artifact and print its paths.
     Coredns,
     /// Build (or find) the Kubernetes binaries and etcd and print their paths.
@@ -82,6 +96,7 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
     match cmd {
         Command::Build { only } => build(&cache, if only.is_empty() { &Image::ALL } else { &only }),
         Command::List => list(&cache),
+        Command::Prune { dry_run } => prune(&cache, dry_run),
         Command::Coredns => print_coredns(&cache),
         Command::Kubernetes => print_kubernetes(&cache),
     }
@@ -166,6 +181,79 @@ fn list(cache: &Cache) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn prune(cache: &Cache, dry_run: bool) -> anyhow::Result<ExitCode> {
+    let running = running_labs();
+    if !running.is_empty() && !dry_run {
+        anyhow::bail!(
+            "not pruning {}: {} running ({}); a running lab serves and boots from cache entries. \
+             Stop it first (`harness lab down` for lab 0; `harness lab list` shows the labs), \
+             or see what would go with `harness images prune --dry-run`",
+            cache.root().display(),
+            if running.len() == 1 {
+                "a lab is"
+            } else {
+                "labs are"
+            },
+            running.join("; ")
+        );
+    }
+    let current = CurrentKeys::of_recipes(cache);
+    let in_use = InUse::scan(cache.root(), &RunDir::state_root());
+    let plan = prune::plan(cache, &current, &in_use)?;
+    println!("cache: {}", cache.root().display());
+    let width = plan.items.iter().map(|i| i.name.len()).max().unwrap_or(0);
+    for item in &plan.items {
+        let (action, why) = match &item.verdict {
+            Verdict::Remove(why) if dry_run => ("would remove", why),
+            Verdict::Remove(why) => ("remove", why),
+            Verdict::Keep(why) => ("keep", why),
+            Verdict::LeftAlone(why) => ("left alone", why),
+        };
+        println!(
+            "{action:12}  {:width$}  {:>9}  {why}",
+            item.name,
+            human_size(item.bytes)
+        );
+    }
+    let count = plan.removals().count();
+    if dry_run {
+        println!(
+            "dry run: would remove {count} and free {} (nothing removed){}",
+            human_size(plan.bytes_freed),
+            if running.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; a real prune refuses until the running labs stop: {}",
+                    running.join("; ")
+                )
+            }
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let applied = prune::apply(&plan)?;
+    for (name, why) in &applied.skipped {
+        println!("skipped       {name}: {why}");
+    }
+    println!(
+        "removed {} and freed {}",
+        applied.removed.len(),
+        human_size(applied.bytes_freed)
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The labs whose owner process is alive, as `lab-<n> (owner <pid>)`.
+fn running_labs() -> Vec<String> {
+    owner::known_labs()
+        .into_iter()
+        .filter_map(|name| {
+            let owner = owner::read_owner(&name).filter(|o| o.is_alive())?;
+            Some(format!("{name} (owner pid {})", owner.pid))
+        })
+        .collect()
 }
 
 fn human_size(bytes: u64) -> String {

@@ -1,12 +1,17 @@
 //! Joining a booted lab VM to its lab's cluster in one call, for `harness lab up` and
 //! `harness bench node`: publish the node artifacts, deploy the agent and run `start`, wait
 //! for the Node to be Ready; and the text telling a person how to reach the node.
+//!
+//! An offline node config (`"offline": true`) first cuts the VM off from the artifact server,
+//! shows that from inside the VM and hands it the offline bundle ([`super::offline`]); once
+//! the Node is Ready the artifact server must have logged no request.
 
 use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::core::v1::Node;
 
 use super::error::DeployError;
+use super::offline::{self, OfflineError};
 use super::ready::{NotReady, ready_since, wait_node_ready};
 use super::{DeployedNode, deploy_node_as};
 use crate::artifacts::{ArtifactsError, LabArtifacts};
@@ -28,6 +33,8 @@ pub enum JoinError {
     Artifacts(#[from] ArtifactsError),
     #[error(transparent)]
     Deploy(#[from] DeployError),
+    #[error("offline node: {0}")]
+    Offline(#[from] OfflineError),
     #[error("reaching the API server: {0}")]
     Client(Box<ControlPlaneError>),
     #[error("starting a tokio runtime: {0}")]
@@ -66,6 +73,11 @@ pub fn join(lab: &Lab, vm: &Vm, node: &NodeConfig, cache: &Cache, test: &str) ->
         artifacts.base_url,
         step.elapsed().as_secs_f64()
     );
+    let offline_bundle = if node.offline {
+        Some(go_offline(lab, vm, &artifacts)?)
+    } else {
+        None
+    };
     let started_at = SystemTime::now();
     let deployed = deploy_node_as(lab, vm, node, &artifacts, test)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -91,6 +103,12 @@ pub fn join(lab: &Lab, vm: &Vm, node: &NodeConfig, cache: &Cache, test: &str) ->
         deployed.name,
         ready_after.as_secs_f64()
     );
+    if let Some(bundle) = &offline_bundle {
+        offline::ensure_no_requests(lab)?;
+        eprintln!(
+            "==> offline: every artifact came from {bundle} in the VM; the artifact server logged no request"
+        );
+    }
     Ok(Joined {
         artifacts,
         deployed,
@@ -98,6 +116,16 @@ pub fn join(lab: &Lab, vm: &Vm, node: &NodeConfig, cache: &Cache, test: &str) ->
         started_at,
         ready_after,
     })
+}
+
+/// For an offline node: cuts `vm` off from the artifact server, proves it from inside the VM
+/// and hands it the bundle; returns where the bundle is in the VM.
+fn go_offline(lab: &Lab, vm: &Vm, artifacts: &LabArtifacts) -> Result<&'static str, JoinError> {
+    let nic = super::lab_values::nic_of(lab, vm)?;
+    offline::cut_off(lab, nic.ip)?;
+    let seen = offline::prove_no_route(lab, vm)?;
+    eprintln!("==> VM {} has no route to the artifact server: {seen}", vm.name());
+    Ok(offline::hand_over(vm, artifacts)?)
 }
 
 /// How to reach a joined node: a shell in the VM and in its machine, kubectl with the admin
@@ -120,6 +148,19 @@ pub fn how_to(lab: &Lab, vm: &Vm, joined: &Joined) -> String {
         joined.deployed.pod_cidr,
         super::evidence::GUEST_LOG_DIR,
     );
+    if let Some(source) = joined
+        .deployed
+        .config
+        .offline_artifacts
+        .as_ref()
+        .and_then(|o| o.source.as_deref())
+    {
+        text += &format!(
+            "  offline:               artifacts from the bundle at {source} in the VM; the artifact \
+             server is blocked for {} (No route to host)\n",
+            joined.deployed.node_ip
+        );
+    }
     if let Some(cluster) = lab.cluster() {
         text += &format!(
             "  kubeconfig (admin):    {}\n\

@@ -1,5 +1,6 @@
 //! [`LabValues`] of a running lab for one of its VMs: the cluster's (API server, CA, token,
-//! cluster DNS, version), the published artifacts', and the VM's own (address, pod CIDR).
+//! cluster DNS, version), the published artifacts', and the VM's own (address, pod CIDR, where
+//! the offline bundle is inside it).
 
 use crate::artifacts::LabArtifacts;
 use crate::controlplane::ClusterAccess;
@@ -10,8 +11,10 @@ use crate::vm::{Net, Vm};
 use super::error::DeployError;
 use super::plan::pod_cidr;
 
-/// The values for the VM on `nic`.
-pub fn lab_values(cluster: &ClusterAccess, artifacts: &LabArtifacts, nic: &VmNic) -> LabValues {
+/// The values for `vm` on `nic`. `offline_source` (used only by offline node configs) is where
+/// the VM has the offline bundle: its share when it shares the bundle, else the copy
+/// [`super::offline::hand_over`] makes.
+pub fn lab_values(cluster: &ClusterAccess, artifacts: &LabArtifacts, vm: &Vm, nic: &VmNic) -> LabValues {
     LabValues {
         api_server: cluster.api_server.clone(),
         ca_cert_pem: cluster.ca_cert_pem.clone(),
@@ -23,7 +26,7 @@ pub fn lab_values(cluster: &ClusterAccess, artifacts: &LabArtifacts, nic: &VmNic
         downloads: artifacts.downloads.clone(),
         machine_image: Some(artifacts.machine_image.clone()),
         container_images: artifacts.container_images.clone(),
-        offline_source: None,
+        offline_source: Some(super::offline::guest_bundle(vm, artifacts).to_string()),
     }
 }
 

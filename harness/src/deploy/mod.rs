@@ -6,6 +6,7 @@
 //! * [`plan`]: the pure part (config, paths, command line, deadline), unit tested;
 //! * [`start`]: the executor on a [`Vm`];
 //! * [`ready`]: the Node becoming Ready; [`join`]: artifacts + deploy + Ready in one call;
+//! * [`offline`]: offline node configs (bundle handed to the VM, no route to the artifact server);
 //! * [`measure`]: time to LocalDNS ready and Node Ready, memory at steady state;
 //! * [`evidence`]: what is kept when it fails (start's output, journals of host and machine,
 //!   kubelet's journal, `machinectl status`), under `$LAB_ARTIFACTS_DIR/<test>/<vm>/`.
@@ -15,6 +16,7 @@ pub mod evidence;
 pub mod join;
 pub mod lab_values;
 pub mod measure;
+pub mod offline;
 pub mod plan;
 pub mod ready;
 pub mod start;
@@ -78,7 +80,7 @@ pub fn deploy_node_as(
         .cluster()
         .ok_or_else(|| DeployError::NoControlPlane { lab: lab.name() })?;
     let nic = lab_values::nic_of(lab, vm)?;
-    deploy_with_values(vm, node, &lab_values(cluster, artifacts, &nic), test)
+    deploy_with_values(vm, node, &lab_values(cluster, artifacts, vm, &nic), test)
 }
 
 /// Deploys `node` onto `vm` with the lab's `values` (see the module docs), with the agent built

@@ -15,5 +15,6 @@ pub mod kubernetes;
 pub mod mmdebstrap;
 pub mod oci;
 pub mod oci_layout;
+pub mod prune;
 pub mod recipe;
 pub mod rootfs;

@@ -2,6 +2,7 @@
 //! starts the services, attaches VMs, and on drop removes it all and checks
 //! that nothing survived.
 
+use std::collections::BTreeSet;
 use std::fs::{self, File};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -9,13 +10,13 @@ use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::addr::{LabAddrs, MAX_VMS, PREFIX_LEN};
+use super::addr::{HTTP_PORT, LabAddrs, MAX_VMS, PREFIX_LEN};
 use super::dns::DnsControl;
 use super::error::{LabError, io_err};
 use super::http::HttpControl;
 use super::owner::{self, Want};
 use super::services::Services;
-use super::{netns, signals};
+use super::{netns, offline, signals};
 use crate::vm::{BootImage, GuestAddress, Mac, Net, Vm, VmSpec};
 
 /// What lab to start.
@@ -108,6 +109,8 @@ pub struct Lab {
     services: Option<Services>,
     cluster: Option<Box<dyn crate::controlplane::ControlPlane>>,
     nics: Mutex<Vec<VmNic>>,
+    /// VMs cut off from the artifact server ([`offline`]).
+    blocked: Mutex<BTreeSet<Ipv4Addr>>,
     swept: Vec<String>,
     down: bool,
 }
@@ -149,6 +152,7 @@ impl Lab {
             services: None,
             cluster: None,
             nics: Mutex::new(Vec::new()),
+            blocked: Mutex::new(BTreeSet::new()),
             swept,
             down: false,
         };
@@ -260,6 +264,48 @@ impl Lab {
     /// change the spec first with [`Lab::vm_spec`] + [`Vm::boot`] when needed.
     pub fn add_vm(&self, name: &str, image: BootImage) -> Result<Vm, LabError> {
         Vm::boot(self.vm_spec(name, image)?).map_err(|e| LabError::Vm(Box::new(e)))
+    }
+
+    /// Cuts the VM at `ip` off from the artifact server: its TCP connects to `:8080` on the
+    /// bridge address fail with "No route to host" (ICMP host-unreachable from an nft rule in
+    /// the lab's namespace, see [`offline`]); the API server and DNS stay reachable. Idempotent;
+    /// the rule goes with the lab.
+    pub fn block_artifact_server(&self, ip: Ipv4Addr) -> Result<(), LabError> {
+        self.change_blocked(|set| {
+            set.insert(ip);
+        })
+    }
+
+    /// Gives the VM at `ip` its route to the artifact server back (idempotent).
+    pub fn unblock_artifact_server(&self, ip: Ipv4Addr) -> Result<(), LabError> {
+        self.change_blocked(|set| {
+            set.remove(&ip);
+        })
+    }
+
+    /// The addresses cut off from the artifact server.
+    pub fn artifact_server_blocked(&self) -> Vec<Ipv4Addr> {
+        self.blocked
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .copied()
+            .collect()
+    }
+
+    /// The nft table of the block as `nft list` shows it, with its counter (empty without one).
+    pub fn artifact_server_block_rules(&self) -> Result<String, LabError> {
+        offline::list(&self.name())
+    }
+
+    fn change_blocked(&self, change: impl FnOnce(&mut BTreeSet<Ipv4Addr>)) -> Result<(), LabError> {
+        let mut blocked = self.blocked.lock().unwrap_or_else(|e| e.into_inner());
+        let mut wanted = blocked.clone();
+        change(&mut wanted);
+        let script = self.run_dir.join("artifact-server-block.nft");
+        offline::apply(&self.name(), &script, &wanted, HTTP_PORT)?;
+        *blocked = wanted;
+        Ok(())
     }
 
     /// The VMs attached so far.

@@ -24,6 +24,8 @@
 //!   (`ip netns exec lab-<n> qemu-system-x86_64 ...`).
 //! * With `LabSpec { control_plane: true, .. }` the lab also runs a Kubernetes control plane
 //!   in its namespace ([`cluster`], [`crate::controlplane`]); `lab.cluster()` tells how to reach it.
+//! * Offline VMs: [`Lab::block_artifact_server`] cuts one VM off from the artifact server
+//!   ("No route to host" on `:8080`, see [`offline`]); the API server and DNS stay reachable.
 //! * Ownership: `/run/unbounded-lab/lab-<n>/owner.pid`; every [`Lab::start`]
 //!   first sweeps labs whose owner died ([`owner`]). Ctrl-C and SIGTERM tear
 //!   live labs down before exiting ([`signals`]).
@@ -36,6 +38,7 @@ pub mod error;
 mod guard;
 pub mod http;
 pub mod netns;
+pub mod offline;
 pub mod owner;
 mod services;
 pub mod signals;

@@ -1,0 +1,307 @@
+//! A node config with `"offline": true` in the lab: the VM gets the offline bundle
+//! (`LabArtifacts::offline_bundle_dir`) and no route to the artifact server, and the agent takes
+//! every artifact from the bundle (`OfflineArtifacts.Source`).
+//!
+//! * Handing the bundle over: a VM booted with the bundle as its 9p share (what
+//!   `scenarios::node::ClusterLab::boot` does) reads it in place, read-only, at
+//!   [`SHARE_MOUNT`]; any other VM (e.g. `harness lab up`, whose share is the build output) gets a
+//!   copy at [`COPIED_BUNDLE`] ([`hand_over`]).
+//! * No route: [`Lab::block_artifact_server`] before the VM's first request; [`prove_no_route`]
+//!   shows it from inside the VM (curl: "No route to host" on `:8080`, the nft counter moved)
+//!   with a positive control (the API server on the same address answers).
+//! * Afterwards: [`ensure_no_requests`] (the artifact server logged nothing at all) and
+//!   [`control_after_unblock`] (with the route back, one request from the VM is logged: the
+//!   log would have seen one).
+
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+
+use crate::artifacts::LabArtifacts;
+use crate::lab::addr::{API_SERVER_PORT, HTTP_PORT};
+use crate::lab::{Lab, LabError};
+use crate::vm::{Vm, VmError};
+
+/// Where the guest mounts its 9p share (read-only).
+pub const SHARE_MOUNT: &str = "/mnt/lab";
+/// Where [`hand_over`] copies the bundle into a VM whose share is something else.
+pub const COPIED_BUNDLE: &str = "/var/lib/unbounded-lab/offline-bundle";
+/// The URL path [`prove_no_route`] and [`control_after_unblock`] ask for (a 404 when reached).
+pub const PROBE_PATH: &str = "/offline-probe";
+
+/// Why the offline setup or its checks failed.
+#[derive(Debug, thiserror::Error)]
+pub enum OfflineError {
+    #[error("VM {vm}: {doing}: {source}")]
+    Vm {
+        vm: String,
+        doing: String,
+        #[source]
+        source: Box<VmError>,
+    },
+    #[error("cutting {ip} off from the artifact server: {source}")]
+    Block {
+        ip: Ipv4Addr,
+        #[source]
+        source: LabError,
+    },
+    #[error("reading the offline bundle {path}: {source}")]
+    Bundle {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("VM {vm}: the offline bundle is not at {guest} (no manifest.json):\n{output}")]
+    NotHandedOver {
+        vm: String,
+        guest: String,
+        output: String,
+    },
+    #[error(
+        "VM {vm} is not cut off from the artifact server (expected curl's exit status 7 with \
+         \"No route to host\" and the lab's reject rule counting it): {report}"
+    )]
+    StillRoutes { vm: String, report: String },
+    #[error(
+        "positive control failed: VM {vm} cannot reach the API server on the artifact server's \
+         address either, so the block proves nothing: {report}"
+    )]
+    NoControl { vm: String, report: String },
+    #[error("the artifact server logged {} request(s) while the node was offline:\n{}", .requests.len(), .requests.join("\n"))]
+    Requests { requests: Vec<String> },
+    #[error(
+        "positive control failed: with its route back, VM {vm}'s request did not show in the \
+         artifact server's log: {report}"
+    )]
+    LogBlind { vm: String, report: String },
+}
+
+fn vm_err(vm: &Vm, doing: &str) -> impl FnOnce(VmError) -> OfflineError {
+    let vm = vm.name().to_string();
+    let doing = doing.to_string();
+    move |source| OfflineError::Vm {
+        vm,
+        doing,
+        source: Box::new(source),
+    }
+}
+
+/// Whether `vm` was booted with `bundle` as its 9p share.
+pub fn shares_bundle(vm: &Vm, bundle: &Path) -> bool {
+    let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    vm.spec()
+        .share
+        .as_deref()
+        .is_some_and(|share| canonical(share) == canonical(bundle))
+}
+
+/// Where the bundle is inside `vm` (`OfflineArtifacts.Source`): the share when the VM shares
+/// it, else the copy [`hand_over`] makes.
+pub fn guest_bundle(vm: &Vm, artifacts: &LabArtifacts) -> &'static str {
+    if shares_bundle(vm, artifacts.offline_bundle_dir()) {
+        SHARE_MOUNT
+    } else {
+        COPIED_BUNDLE
+    }
+}
+
+/// Makes the bundle available in `vm` at [`guest_bundle`] (copying what is missing when the VM
+/// does not share it) and checks the guest sees its `manifest.json`. Returns the guest path.
+pub fn hand_over(vm: &Vm, artifacts: &LabArtifacts) -> Result<&'static str, OfflineError> {
+    let guest = guest_bundle(vm, artifacts);
+    if guest == COPIED_BUNDLE {
+        copy_bundle(vm, artifacts.offline_bundle_dir())?;
+    }
+    let out = vm
+        .run_unchecked(&format!(
+            "ls -l {guest}/manifest.json && findmnt -n -o FSTYPE,OPTIONS --target {guest}"
+        ))
+        .map_err(vm_err(vm, "looking for the offline bundle"))?;
+    if !out.success() {
+        return Err(OfflineError::NotHandedOver {
+            vm: vm.name().to_string(),
+            guest: guest.to_string(),
+            output: format!("{}{}", out.stdout_text(), out.stderr_text()),
+        });
+    }
+    eprintln!(
+        "==> offline bundle in VM {} at {guest}: {}",
+        vm.name(),
+        out.stdout_text().trim().replace('\n', "; ")
+    );
+    Ok(guest)
+}
+
+/// Every file under `dir`, relative, sorted.
+fn files_under(dir: &Path) -> Result<Vec<PathBuf>, OfflineError> {
+    let mut files = Vec::new();
+    let mut stack = vec![PathBuf::new()];
+    while let Some(relative) = stack.pop() {
+        let path = dir.join(&relative);
+        let entries = std::fs::read_dir(&path).map_err(|source| OfflineError::Bundle {
+            path: path.clone(),
+            source,
+        })?;
+        for entry in entries {
+            let entry = entry.map_err(|source| OfflineError::Bundle {
+                path: path.clone(),
+                source,
+            })?;
+            let child = relative.join(entry.file_name());
+            if entry.path().is_dir() {
+                stack.push(child);
+            } else {
+                files.push(child);
+            }
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// Copies the bundle's files into [`COPIED_BUNDLE`], skipping those already there with the
+/// same size (the bundle's files never change in place: a new build is a new cache entry).
+fn copy_bundle(vm: &Vm, bundle: &Path) -> Result<(), OfflineError> {
+    let have = vm
+        .run(&format!(
+            "mkdir -p {COPIED_BUNDLE} && cd {COPIED_BUNDLE} && find . -type f -printf '%P %s\\n'"
+        ))
+        .map_err(vm_err(vm, "listing the copied bundle"))?;
+    let have: std::collections::BTreeSet<&str> = have.lines().collect();
+    for relative in files_under(bundle)? {
+        let host = bundle.join(&relative);
+        let size = std::fs::metadata(&host)
+            .map_err(|source| OfflineError::Bundle {
+                path: host.clone(),
+                source,
+            })?
+            .len();
+        if have.contains(format!("{} {size}", relative.display()).as_str()) {
+            continue;
+        }
+        let guest = format!("{COPIED_BUNDLE}/{}", relative.display());
+        if let Some(parent) = Path::new(&guest).parent() {
+            vm.run(&format!("mkdir -p {}", parent.display()))
+                .map_err(vm_err(vm, "making the bundle's directories"))?;
+        }
+        vm.copy_in(&host, &guest)
+            .map_err(vm_err(vm, &format!("copying {} into the VM", host.display())))?;
+    }
+    Ok(())
+}
+
+/// Cuts the VM at `ip` off from `lab`'s artifact server (idempotent; see
+/// [`Lab::block_artifact_server`]).
+pub fn cut_off(lab: &Lab, ip: Ipv4Addr) -> Result<(), OfflineError> {
+    lab.block_artifact_server(ip)
+        .map_err(|source| OfflineError::Block { ip, source })
+}
+
+/// From inside `vm`: a connect to the artifact server fails with "No route to host" (and the
+/// lab's reject rule counted it), while the API server on the same address answers (the
+/// positive control). Returns what was seen, for the output.
+pub fn prove_no_route(lab: &Lab, vm: &Vm) -> Result<String, OfflineError> {
+    let bridge = lab.addrs().bridge_ip();
+    let url = format!("http://{bridge}:{HTTP_PORT}{PROBE_PATH}");
+    let command = format!("curl -v --max-time 30 -o /dev/null {url} 2>&1");
+    let out = vm
+        .run_unchecked(&command)
+        .map_err(vm_err(vm, "probing the artifact server"))?;
+    let output = out.stdout_text();
+    let rules = lab
+        .artifact_server_block_rules()
+        .unwrap_or_else(|e| format!("(nft list failed: {e})"));
+    let refused = out.status == crate::vm::ExitKind::Code(7) && output.contains("No route to host");
+    let counted = rules.contains("counter packets") && !rules.contains("counter packets 0 ");
+    if !refused || !counted {
+        return Err(OfflineError::StillRoutes {
+            vm: vm.name().to_string(),
+            report: format!(
+                "`{command}` ended with {}:\n{output}\nnft rules in the lab:\n{rules}",
+                out.status
+            ),
+        });
+    }
+    let api = format!("https://{bridge}:{API_SERVER_PORT}/healthz");
+    let control = format!("curl -sk --max-time 30 -o /dev/null -w '%{{http_code}}' {api}");
+    let answer = vm
+        .run_unchecked(&control)
+        .map_err(vm_err(vm, "reaching the API server"))?;
+    let code = answer.stdout_text();
+    let answered = answer.success() && code.len() == 3 && code != "000";
+    if !answered {
+        return Err(OfflineError::NoControl {
+            vm: vm.name().to_string(),
+            report: format!(
+                "`{control}` ended with {}: {code}{}",
+                answer.status,
+                answer.stderr_text()
+            ),
+        });
+    }
+    let line = output
+        .lines()
+        .find(|l| l.contains("No route to host"))
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    Ok(format!(
+        "{url}: {line}; {api}: HTTP {code}; {}",
+        rules
+            .lines()
+            .find(|l| l.contains("reject"))
+            .unwrap_or_default()
+            .trim()
+    ))
+}
+
+/// The artifact server logged no request at all (the node took everything from the bundle).
+pub fn ensure_no_requests(lab: &Lab) -> Result<(), OfflineError> {
+    let requests = lab.http().requests();
+    if requests.is_empty() {
+        return Ok(());
+    }
+    Err(OfflineError::Requests {
+        requests: requests
+            .iter()
+            .map(|r| {
+                format!(
+                    "  {} {} {} {} from {}",
+                    r.method, r.path, r.status, r.bytes, r.from
+                )
+            })
+            .collect(),
+    })
+}
+
+/// The positive control of [`ensure_no_requests`]: gives `vm` (at `ip`) its route back and
+/// checks that one request from it now reaches the artifact server and shows in the log.
+pub fn control_after_unblock(lab: &Lab, vm: &Vm, ip: Ipv4Addr) -> Result<(), OfflineError> {
+    lab.unblock_artifact_server(ip)
+        .map_err(|source| OfflineError::Block { ip, source })?;
+    let url = format!("http://{}:{HTTP_PORT}{PROBE_PATH}", lab.addrs().bridge_ip());
+    let command = format!("curl -sS --max-time 30 -o /dev/null -w '%{{http_code}}' {url}");
+    let out = vm
+        .run_unchecked(&command)
+        .map_err(vm_err(vm, "reaching the artifact server again"))?;
+    let requests = lab.http().requests();
+    let seen = requests
+        .iter()
+        .any(|r| r.path == PROBE_PATH && r.from.ip() == std::net::IpAddr::V4(ip));
+    if out.stdout_text() == "404" && seen {
+        return Ok(());
+    }
+    let logged: Vec<String> = requests
+        .iter()
+        .map(|r| format!("  {} {} {} from {}", r.method, r.path, r.status, r.from))
+        .collect();
+    Err(OfflineError::LogBlind {
+        vm: vm.name().to_string(),
+        report: format!(
+            "`{command}` ended with {}: {}{} (expected HTTP 404 for {url}); the log holds:\n{}",
+            out.status,
+            out.stdout_text(),
+            out.stderr_text(),
+            logged.join("\n")
+        ),
+    })
+}

@@ -1,0 +1,211 @@
+//! Scenario `metrics`: on a joined LocalDNS node, CoreDNS's Prometheus endpoint answers at
+//! `<nodeIP>:9253` when scraped from the lab network (outside the VM) with `coredns_build_info`;
+//! `coredns_cache_hits_total` of the cluster listener rises when a `ClusterFirst` pod looks the
+//! same name up again and again; and nothing else serves metrics: `ss` shows :9253 bound on the
+//! node IP only (no wildcard, no listener address) and connections to the listeners' :9253 are
+//! refused, while the same connection to the node IP from the same place succeeds.
+
+use std::net::{Ipv4Addr, SocketAddr};
+
+use anyhow::{Context, ensure};
+use harness::vm::ExitKind;
+use rstest::rstest;
+use scenarios::cluster::{run_pod, wait_node_ready};
+use scenarios::dns::{CLUSTER_LISTENER, DnsPolicy, NODE_LISTENER, Nslookup, Step, lookup_pod, parse_framed};
+use scenarios::metrics::{Metrics, scrape_from_lab};
+use scenarios::node::JoinedNode;
+
+/// Spec §5: the metrics port when `MetricsAddress` is not configured.
+const METRICS_PORT: u16 = 9253;
+/// How many times the pod looks the same name up.
+const LOOKUPS: usize = 10;
+/// The lab upstream name the pod looks up, its address and TTL (long enough to stay cached).
+const CACHED_NAME: &str = "metrics-cache.lab.test";
+const CACHED_ADDRESS: Ipv4Addr = Ipv4Addr::new(10, 53, 0, 1);
+const CACHED_TTL: u32 = 300;
+
+#[rstest]
+#[case::localdns("localdns.json")]
+fn coredns_metrics_are_served_on_the_node_ip_only_and_count_pod_cache_hits(
+    #[case] file: &str,
+) -> anyhow::Result<()> {
+    let node_config = harness::evidence::repo_root().join("node-configs").join(file);
+    JoinedNode::run_case(&node_config, metrics)
+}
+
+fn metrics(node: &mut JoinedNode) -> anyhow::Result<()> {
+    let name = node.deployed.name.clone();
+    let configured = node
+        .deployed
+        .config
+        .local_dns
+        .as_ref()
+        .and_then(|l| l.metrics_address.clone());
+    ensure!(
+        configured.is_none(),
+        "this scenario checks the derived metrics address, but the config sets MetricsAddress {configured:?}"
+    );
+    node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
+    let node_ip = node.deployed.node_ip;
+    let addr = SocketAddr::from((node_ip, METRICS_PORT));
+
+    eprintln!(
+        "==> scraping http://{addr}/metrics from the lab's namespace {}",
+        node.lab.name()
+    );
+    let before = scrape_from_lab(&node.lab, addr)?;
+    build_info_is_served(&before)?;
+
+    eprintln!("==> a ClusterFirst pod looks up {CACHED_NAME} {LOOKUPS} times");
+    let cluster_hits = |m: &Metrics| {
+        m.sum_where("coredns_cache_hits_total", |s| {
+            s.label("server").contains(&CLUSTER_LISTENER.to_string())
+        })
+    };
+    pod_looks_the_same_name_up_repeatedly(node)?;
+    let after = scrape_from_lab(&node.lab, addr)?;
+    let (hits_before, hits_after) = (cluster_hits(&before), cluster_hits(&after));
+    eprintln!("==> cluster listener cache hits: {hits_before} before, {hits_after} after");
+    // The first lookup may miss (and the upstream's first answer fill the cache); the rest hit.
+    ensure!(
+        hits_after - hits_before >= (LOOKUPS - 2) as f64,
+        "coredns_cache_hits_total for the cluster listener {CLUSTER_LISTENER} rose by {} after {LOOKUPS} \
+         lookups of the same name, expected at least {}.\nbefore:\n{}\nafter:\n{}",
+        hits_after - hits_before,
+        LOOKUPS - 2,
+        before.describe("coredns_cache_hits_total"),
+        after.describe("coredns_cache_hits_total")
+    );
+    ensure!(
+        after.sum("coredns_cache_hits_total") > before.sum("coredns_cache_hits_total"),
+        "the sum of coredns_cache_hits_total did not rise:\n{}",
+        after.describe("coredns_cache_hits_total")
+    );
+
+    metrics_listen_on_the_node_ip_only(node, node_ip)?;
+    listeners_refuse_metrics_connections(node, node_ip)
+}
+
+/// `coredns_build_info{version=...} 1`, exactly one.
+fn build_info_is_served(metrics: &Metrics) -> anyhow::Result<()> {
+    let info: Vec<_> = metrics.samples("coredns_build_info").collect();
+    ensure!(
+        info.len() == 1 && info[0].value == 1.0 && !info[0].label("version").is_empty(),
+        "expected one coredns_build_info sample with a version and value 1, saw:\n{}",
+        metrics.describe("coredns_build_info")
+    );
+    eprintln!("==> coredns_build_info: version {}", info[0].label("version"));
+    Ok(())
+}
+
+/// A `ClusterFirst` pod looks up [`CACHED_NAME`] [`LOOKUPS`] times; every lookup goes through
+/// the cluster listener and answers [`CACHED_ADDRESS`].
+fn pod_looks_the_same_name_up_repeatedly(node: &JoinedNode) -> anyhow::Result<()> {
+    node.lab.dns().set_a(CACHED_NAME, &[CACHED_ADDRESS], CACHED_TTL)?;
+    let steps: Vec<Step> = (1..=LOOKUPS)
+        .map(|i| Step::nslookup(&format!("lookup-{i}"), "a", &format!("{CACHED_NAME}.")))
+        .collect();
+    let pod = lookup_pod(
+        "metrics-cache-hits",
+        &node.deployed.name,
+        &node.artifacts.test_image_ref,
+        DnsPolicy::ClusterFirst,
+        &steps,
+    )?;
+    let finished = node
+        .block_on(run_pod(&node.client, "default", &pod, node.deadline(3)))
+        .context("running the pod that looks the same name up repeatedly")?;
+    let framed = parse_framed(&finished.log)?;
+    ensure!(
+        framed.len() == LOOKUPS,
+        "the pod ran {} of {LOOKUPS} lookups:\n{}",
+        framed.len(),
+        finished.log
+    );
+    for lookup in &framed {
+        let answer = Nslookup::parse(lookup.ensure_success()?)?;
+        ensure!(
+            answer.server == Some(CLUSTER_LISTENER.into())
+                && answer.addresses_of(CACHED_NAME) == [std::net::IpAddr::V4(CACHED_ADDRESS)],
+            "lookup {} did not answer {CACHED_ADDRESS} through {CLUSTER_LISTENER}:\n{}",
+            lookup.label,
+            lookup.output
+        );
+    }
+    let upstream = node.lab.dns().query_count(CACHED_NAME)?;
+    eprintln!("==> {LOOKUPS} pod lookups; the lab upstream saw {upstream} queries for {CACHED_NAME}");
+    Ok(())
+}
+
+/// The local address column of an `ss -Hltnp` line (`LISTEN 0 4096 <local> <peer> users:...`).
+fn local_address(line: &str) -> Option<&str> {
+    line.split_whitespace().nth(3)
+}
+
+/// `ss -Hltnp` on the host shows :9253 bound by CoreDNS on `<nodeIP>:9253` and nowhere else.
+fn metrics_listen_on_the_node_ip_only(node: &JoinedNode, node_ip: Ipv4Addr) -> anyhow::Result<()> {
+    let ss = node.vm.run("ss -Hltnp")?;
+    let suffix = format!(":{METRICS_PORT}");
+    let bound: Vec<&str> = ss
+        .lines()
+        .filter(|l| local_address(l).is_some_and(|a| a.ends_with(&suffix)))
+        .collect();
+    let expected = format!("{node_ip}:{METRICS_PORT}");
+    ensure!(
+        !bound.is_empty(),
+        "nothing listens on port {METRICS_PORT}; `ss -Hltnp`:\n{ss}"
+    );
+    for line in &bound {
+        ensure!(
+            local_address(line) == Some(expected.as_str()),
+            "port {METRICS_PORT} is bound on {:?}, expected only {expected} (no wildcard, no \
+             listener address):\n{}",
+            local_address(line),
+            bound.join("\n")
+        );
+        ensure!(
+            line.contains("\"coredns\""),
+            "{expected} is not CoreDNS's: {line}"
+        );
+    }
+    Ok(())
+}
+
+/// From the host, `curl` to the listeners' :9253 is refused (exit 7, `Connection refused` in its
+/// verbose log: a reset, not a timeout or a route error), and the same `curl` to
+/// `<nodeIP>:9253` gets the metrics (so a refusal is not curl failing for another reason).
+fn listeners_refuse_metrics_connections(node: &JoinedNode, node_ip: Ipv4Addr) -> anyhow::Result<()> {
+    let curl = |ip: Ipv4Addr| {
+        node.vm.run_unchecked(&format!(
+            "curl --verbose --silent --show-error --noproxy '*' --max-time 10 \
+             http://{ip}:{METRICS_PORT}/metrics"
+        ))
+    };
+    let control = curl(node_ip)?;
+    ensure!(
+        control.success() && control.stdout_text().contains("coredns_build_info"),
+        "curl from the host to {node_ip}:{METRICS_PORT} did not get the metrics ({}): {}",
+        control.status,
+        control.stderr_text()
+    );
+    for listener in [NODE_LISTENER, CLUSTER_LISTENER] {
+        let out = curl(listener)?;
+        ensure!(
+            out.status == ExitKind::Code(7) && out.stderr_text().contains("Connection refused"),
+            "connecting to {listener}:{METRICS_PORT} from the host was not refused ({}):\n\
+             stdout: {}\nstderr: {}",
+            out.status,
+            out.stdout_text().chars().take(400).collect::<String>(),
+            out.stderr_text()
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn the_local_address_is_the_fourth_column_of_ss() {
+    let line =
+        "LISTEN 0      4096   192.168.101.10:9253      0.0.0.0:*    users:((\"coredns\",pid=812,fd=9))";
+    assert_eq!(local_address(line), Some("192.168.101.10:9253"));
+    assert_eq!(local_address("LISTEN 0 4096 [::]:9253 [::]:*"), Some("[::]:9253"));
+}

@@ -1,0 +1,387 @@
+//! Scenario `notrack`: on a joined LocalDNS node the host holds exactly what spec §6 says — the
+//! dummy link `localdns`, up, with exactly the two listener /32s; the table `ip
+//! unbounded_localdns` with its two raw-priority chains and exactly the 8 request and 4 reply
+//! NOTRACK rules, each with the comment; the network unit ordered between nftables and the
+//! machine — and under a burst of pod queries to both listeners the conntrack table holds no
+//! entry for them. The expected link and table are written out here from the spec, not taken
+//! from the agent's renderer. The conntrack reads are controlled: the same pods also query a
+//! DNS server that is not a listener, and those (tracked) queries must show up in the reads.
+
+use std::cell::Cell;
+use std::collections::BTreeSet;
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+use anyhow::{Context, ensure};
+use rstest::rstest;
+use scenarios::cluster::{FinishedPod, run_pod, test_pod, wait_node_ready};
+use scenarios::dns::{CLUSTER_LISTENER, NODE_LISTENER};
+use scenarios::host_state::{
+    self, ConntrackEntry, LINK, NETWORK_UNIT, NFT_FAMILY, NFT_TABLE, read_conntrack, read_link,
+    read_nft_table, unit_properties,
+};
+use scenarios::node::JoinedNode;
+
+/// Spec §6's table for the default listeners with `NOTRACKReplies` (node-configs/localdns.json).
+const EXPECTED_CHAINS: [&str; 2] = [
+    "prerouting: type filter hook prerouting priority -300 policy accept",
+    "output: type filter hook output priority -300 policy accept",
+];
+const EXPECTED_RULES: [&str; 12] = [
+    r#"prerouting: ip daddr 169.254.10.10 tcp dport 53 notrack comment "unbounded-localdns: skip conntrack""#,
+    r#"prerouting: ip daddr 169.254.10.10 udp dport 53 notrack comment "unbounded-localdns: skip conntrack""#,
+    r#"prerouting: ip daddr 169.254.10.11 tcp dport 53 notrack comment "unbounded-localdns: skip conntrack""#,
+    r#"prerouting: ip daddr 169.254.10.11 udp dport 53 notrack comment "unbounded-localdns: skip conntrack""#,
+    r#"output: ip daddr 169.254.10.10 tcp dport 53 notrack comment "unbounded-localdns: skip conntrack""#,
+    r#"output: ip daddr 169.254.10.10 udp dport 53 notrack comment "unbounded-localdns: skip conntrack""#,
+    r#"output: ip daddr 169.254.10.11 tcp dport 53 notrack comment "unbounded-localdns: skip conntrack""#,
+    r#"output: ip daddr 169.254.10.11 udp dport 53 notrack comment "unbounded-localdns: skip conntrack""#,
+    r#"output: ip saddr 169.254.10.10 tcp sport 53 notrack comment "unbounded-localdns: skip conntrack""#,
+    r#"output: ip saddr 169.254.10.10 udp sport 53 notrack comment "unbounded-localdns: skip conntrack""#,
+    r#"output: ip saddr 169.254.10.11 tcp sport 53 notrack comment "unbounded-localdns: skip conntrack""#,
+    r#"output: ip saddr 169.254.10.11 udp sport 53 notrack comment "unbounded-localdns: skip conntrack""#,
+];
+const EXPECTED_ADDRESSES: [&str; 2] = ["169.254.10.10/32", "169.254.10.11/32"];
+
+/// Lookups per pod and target.
+const BURST: usize = 200;
+/// The lab upstream name the `Default` pod looks up.
+const BURST_NAME: &str = "burst.lab.test";
+/// The cluster DNS Service address (`Cluster.ClusterDNS`): tracked, so the control.
+const CLUSTER_DNS: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 10);
+/// How often conntrack is read while the pods run.
+const READ_EVERY: Duration = Duration::from_secs(5);
+
+#[rstest]
+#[case::localdns("localdns.json")]
+fn the_host_holds_exactly_the_spec_link_and_table_and_listener_dns_is_never_tracked(
+    #[case] file: &str,
+) -> anyhow::Result<()> {
+    let node_config = harness::evidence::repo_root().join("node-configs").join(file);
+    JoinedNode::run_case(&node_config, notrack)
+}
+
+fn notrack(node: &mut JoinedNode) -> anyhow::Result<()> {
+    let local_dns = node.deployed.config.local_dns.clone().unwrap_or_default();
+    ensure!(
+        local_dns.node_listener_ip.is_none()
+            && local_dns.cluster_listener_ip.is_none()
+            && local_dns.notrack_replies != Some(false),
+        "this scenario expects the default listeners with NOTRACKReplies, the config has {local_dns:?}"
+    );
+    let name = node.deployed.name.clone();
+    node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
+    let machine = node.machine()?;
+
+    link_is_exactly_the_spec(node)?;
+    table_is_exactly_the_spec(node)?;
+    network_unit_sits_between_nftables_and_the_machine(node, &machine)?;
+    listener_queries_leave_no_conntrack_entries(node)
+}
+
+fn link_is_exactly_the_spec(node: &JoinedNode) -> anyhow::Result<()> {
+    let link = read_link(&node.vm, LINK)?.with_context(|| format!("the host has no link {LINK}"))?;
+    ensure!(
+        link.kind.as_deref() == Some("dummy"),
+        "link {LINK} is of kind {:?}, expected dummy: {link:?}",
+        link.kind
+    );
+    ensure!(link.is_up(), "link {LINK} is not up (flags {:?})", link.flags);
+    let expected: BTreeSet<String> = EXPECTED_ADDRESSES.iter().map(|a| a.to_string()).collect();
+    ensure!(
+        link.ipv4 == expected,
+        "link {LINK} has IPv4 addresses {:?}, expected exactly {expected:?}",
+        link.ipv4
+    );
+    // The kernel gives an up link an IPv6 link-local address by itself; anything wider would be
+    // an address someone added.
+    ensure!(
+        link.ipv6.iter().all(|a| a.ends_with("scope link")),
+        "link {LINK} has IPv6 addresses beyond link-local: {:?}",
+        link.ipv6
+    );
+    eprintln!(
+        "==> link {LINK}: dummy, up, {:?} (IPv6: {:?})",
+        link.ipv4, link.ipv6
+    );
+    Ok(())
+}
+
+fn table_is_exactly_the_spec(node: &JoinedNode) -> anyhow::Result<()> {
+    let table = read_nft_table(&node.vm, NFT_FAMILY, NFT_TABLE)?
+        .with_context(|| format!("the host has no nft table {NFT_FAMILY} {NFT_TABLE}"))?;
+    let chains: BTreeSet<String> = EXPECTED_CHAINS.iter().map(|c| c.to_string()).collect();
+    let rules: BTreeSet<String> = EXPECTED_RULES.iter().map(|r| r.to_string()).collect();
+    ensure!(
+        table.chains == chains,
+        "the chains of {NFT_FAMILY} {NFT_TABLE} differ from spec §6:\n{}",
+        difference(&chains, &table.chains)
+    );
+    ensure!(
+        table.rules == rules,
+        "the rules of {NFT_FAMILY} {NFT_TABLE} differ from spec §6:\n{}",
+        difference(&rules, &table.rules)
+    );
+    ensure!(
+        table.other.is_empty(),
+        "{NFT_FAMILY} {NFT_TABLE} holds more than chains and rules: {:?}",
+        table.other
+    );
+    eprintln!("==> nft table {NFT_FAMILY} {NFT_TABLE}: exactly 2 chains and 12 rules");
+    Ok(())
+}
+
+/// `- missing` and `+ unexpected` lines.
+fn difference(expected: &BTreeSet<String>, seen: &BTreeSet<String>) -> String {
+    expected
+        .difference(seen)
+        .map(|l| format!("- missing:    {l}\n"))
+        .chain(seen.difference(expected).map(|l| format!("+ unexpected: {l}\n")))
+        .collect()
+}
+
+/// Spec §6: the oneshot network unit is enabled and active, after `nftables.service` and before
+/// the machine, and the machine's nspawn unit requires it and starts after it.
+fn network_unit_sits_between_nftables_and_the_machine(
+    node: &JoinedNode,
+    machine: &str,
+) -> anyhow::Result<()> {
+    let nspawn = format!("systemd-nspawn@{machine}.service");
+    let unit = unit_properties(
+        &node.vm,
+        None,
+        NETWORK_UNIT,
+        &[
+            "LoadState",
+            "UnitFileState",
+            "ActiveState",
+            "Type",
+            "After",
+            "Before",
+        ],
+    )?;
+    let has = |key: &str, value: &str| unit.get(key).map(String::as_str) == Some(value);
+    let lists = |key: &str, item: &str| {
+        unit.get(key)
+            .is_some_and(|v| v.split_whitespace().any(|w| w == item))
+    };
+    ensure!(
+        has("LoadState", "loaded")
+            && has("UnitFileState", "enabled")
+            && has("ActiveState", "active")
+            && has("Type", "oneshot")
+            && lists("After", "nftables.service")
+            && lists("Before", &nspawn),
+        "{NETWORK_UNIT} is not a loaded, enabled, active oneshot after nftables.service and before \
+         {nspawn}: {unit:?}"
+    );
+    let drop_in = host_state::nspawn_drop_in(machine);
+    let nspawn_props = unit_properties(&node.vm, None, &nspawn, &["Requires", "After", "DropInPaths"])?;
+    let nspawn_lists = |key: &str| {
+        nspawn_props
+            .get(key)
+            .is_some_and(|v| v.split_whitespace().any(|w| w == NETWORK_UNIT))
+    };
+    ensure!(
+        nspawn_lists("Requires")
+            && nspawn_lists("After")
+            && nspawn_props
+                .get("DropInPaths")
+                .is_some_and(|v| v.split_whitespace().any(|p| p == drop_in)),
+        "{nspawn} does not require and follow {NETWORK_UNIT} through {drop_in}: {nspawn_props:?}"
+    );
+    Ok(())
+}
+
+/// A pod's shell loop: `BURST` times, each `(label, nslookup args, server it must name)`
+/// lookup; counts the lookups that succeeded through that server and prints `label=<count>`.
+fn burst_script(lookups: &[(&str, String, Ipv4Addr)]) -> String {
+    let mut script = String::from("n=0\n");
+    for (label, _, _) in lookups {
+        script += &format!("{}=0\n", label.replace('-', "_"));
+    }
+    script += &format!("while [ $n -lt {BURST} ]; do\n");
+    for (label, args, server) in lookups {
+        let var = label.replace('-', "_");
+        script += &format!(
+            "  o=$(nslookup {args} 2>&1) && echo \"$o\" | grep -q '^Server:[[:space:]]*{server}$' && {var}=$(({var}+1))\n"
+        );
+    }
+    script += "  n=$((n+1))\ndone\n";
+    for (label, _, _) in lookups {
+        script += &format!("echo \"{label}=${}\"\n", label.replace('-', "_"));
+    }
+    script
+}
+
+/// The count `label=<n>` a [`burst_script`] printed.
+fn burst_count(log: &str, label: &str) -> anyhow::Result<usize> {
+    log.lines()
+        .find_map(|l| l.strip_prefix(&format!("{label}=")))
+        .with_context(|| format!("the pod printed no {label}= count:\n{log}"))?
+        .trim()
+        .parse()
+        .with_context(|| format!("the {label} count is not a number:\n{log}"))
+}
+
+/// Two pods query both listeners `BURST` times each (a `ClusterFirst` pod the cluster listener
+/// through its resolv.conf, a `dnsPolicy: Default` pod the node listener through its), and each
+/// also queries a DNS server that is not a listener (the cluster DNS Service, the lab upstream).
+/// conntrack is read every few seconds while they run and once right after: no read holds an
+/// entry to or from a listener's port 53, and the reads hold each pod's control queries.
+fn listener_queries_leave_no_conntrack_entries(node: &JoinedNode) -> anyhow::Result<()> {
+    let upstream = node.lab.addrs().bridge_ip();
+    node.lab
+        .dns()
+        .set_a(BURST_NAME, &[Ipv4Addr::new(10, 53, 0, 2)], 300)?;
+    let kubernetes = "kubernetes.default.svc.cluster.local.";
+    let cluster_first = burst_script(&[
+        (
+            "via-cluster-listener",
+            format!("-type=a {kubernetes}"),
+            CLUSTER_LISTENER,
+        ),
+        (
+            "via-cluster-dns",
+            format!("-type=a {kubernetes} {CLUSTER_DNS}"),
+            CLUSTER_DNS,
+        ),
+    ]);
+    let default = burst_script(&[
+        (
+            "via-node-listener",
+            format!("-type=a {BURST_NAME}."),
+            NODE_LISTENER,
+        ),
+        (
+            "via-lab-upstream",
+            format!("-type=a {BURST_NAME}. {upstream}"),
+            upstream,
+        ),
+    ]);
+    let image = &node.artifacts.test_image_ref;
+    let a = test_pod(
+        "notrack-cluster-first",
+        &node.deployed.name,
+        image,
+        &["/bin/sh", "-c", &cluster_first],
+    );
+    let mut b = test_pod(
+        "notrack-default",
+        &node.deployed.name,
+        image,
+        &["/bin/sh", "-c", &default],
+    );
+    b.spec.as_mut().context("a test pod has a spec")?.dns_policy = Some("Default".into());
+
+    eprintln!("==> two pods query the listeners {BURST} times each; reading conntrack meanwhile");
+    let done = Cell::new(false);
+    let timeout = node.deadline(5);
+    let pods = async {
+        let both = tokio::join!(
+            run_pod(&node.client, "default", &a, timeout),
+            run_pod(&node.client, "default", &b, timeout)
+        );
+        done.set(true);
+        both
+    };
+    let reads = async {
+        let mut reads: Vec<anyhow::Result<Vec<ConntrackEntry>>> = Vec::new();
+        while !done.get() {
+            reads.push(read_conntrack(&node.vm));
+            tokio::time::sleep(READ_EVERY).await;
+        }
+        reads.push(read_conntrack(&node.vm));
+        reads
+    };
+    let ((a, b), reads) = node.block_on(async { tokio::join!(pods, reads) });
+    let a = a.context("running the ClusterFirst burst pod")?;
+    let b = b.context("running the Default burst pod")?;
+    let reads: Vec<Vec<ConntrackEntry>> = reads.into_iter().collect::<anyhow::Result<_>>()?;
+
+    for (pod, label) in [
+        (&a, "via-cluster-listener"),
+        (&a, "via-cluster-dns"),
+        (&b, "via-node-listener"),
+        (&b, "via-lab-upstream"),
+    ] {
+        let count = burst_count(&pod.log, label)?;
+        eprintln!("==> {label}: {count} of {BURST} lookups answered through the expected server");
+        ensure!(
+            count * 100 >= BURST * 95,
+            "only {count} of {BURST} lookups {label} succeeded through the expected server:\n{}",
+            pod.log
+        );
+    }
+
+    let tracked_listener: Vec<&ConntrackEntry> = reads
+        .iter()
+        .flatten()
+        .filter(|e| {
+            [NODE_LISTENER, CLUSTER_LISTENER]
+                .iter()
+                .any(|l| e.touches(&l.to_string(), 53))
+        })
+        .collect();
+    ensure!(
+        tracked_listener.is_empty(),
+        "conntrack tracked DNS to or from a listener during the burst ({} entries over {} reads):\n{}",
+        tracked_listener.len(),
+        reads.len(),
+        tracked_listener
+            .iter()
+            .take(20)
+            .map(|e| e.line.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+
+    let control = |pod: &FinishedPod, server: Ipv4Addr| -> anyhow::Result<usize> {
+        let ip = pod.ip().context("a burst pod has no podIP")?;
+        Ok(reads
+            .iter()
+            .flatten()
+            .filter(|e| e.original.src == ip && e.original.touches(&server.to_string(), 53))
+            .count())
+    };
+    let (seen_a, seen_b) = (control(&a, CLUSTER_DNS)?, control(&b, upstream)?);
+    let listener_other_ports = reads
+        .iter()
+        .flatten()
+        .filter(|e| {
+            e.line.contains(&format!("={NODE_LISTENER} "))
+                || e.line.contains(&format!("={CLUSTER_LISTENER} "))
+        })
+        .count();
+    eprintln!(
+        "==> {} conntrack reads: 0 listener DNS entries; control entries: {seen_a} pod→{CLUSTER_DNS}:53, \
+         {seen_b} pod→{upstream}:53; {listener_other_ports} entries for listener addresses on other ports",
+        reads.len()
+    );
+    ensure!(
+        seen_a > 0 && seen_b > 0,
+        "the conntrack reads did not see the pods' queries to non-listener servers ({seen_a} to \
+         {CLUSTER_DNS}:53, {seen_b} to {upstream}:53), so they cannot show that listener queries are \
+         untracked; last read:\n{}",
+        reads
+            .last()
+            .map(|r| r.iter().map(|e| e.line.as_str()).collect::<Vec<_>>().join("\n"))
+            .unwrap_or_default()
+    );
+    Ok(())
+}
+
+#[test]
+fn the_burst_script_counts_each_lookup_through_its_server() {
+    let script = burst_script(&[("via-x", "-type=a a.test.".into(), Ipv4Addr::new(10, 0, 0, 1))]);
+    assert!(script.contains(&format!("while [ $n -lt {BURST} ]")), "{script}");
+    assert!(
+        script.contains(
+            "o=$(nslookup -type=a a.test. 2>&1) && echo \"$o\" | grep -q '^Server:[[:space:]]*10.0.0.1$' && via_x=$((via_x+1))"
+        ),
+        "{script}"
+    );
+    assert!(script.ends_with("echo \"via-x=$via_x\"\n"), "{script}");
+    assert_eq!(burst_count("x\nvia-x=197\n", "via-x").unwrap(), 197);
+    assert!(burst_count("via-y=1\n", "via-x").is_err());
+}
