@@ -57,9 +57,15 @@ impl Step {
         }
     }
 
-    /// `nslookup -type=<qtype> <name>` (busybox; a trailing dot on `name` skips the search list).
+    /// `nslookup -type=<qtype> -retry=1 -timeout=10 <name>` (busybox; a trailing dot on `name`
+    /// skips the search list). One try with a long wait: busybox otherwise sends the query again
+    /// after 2.5 s without an answer, and a slow first forward under TCG would then reach the
+    /// upstream twice, which scenarios counting upstream queries must not mistake for a cache miss.
     pub fn nslookup(label: &str, qtype: &str, name: &str) -> Step {
-        Step::new(label, format!("nslookup -type={qtype} {name}"))
+        Step::new(
+            label,
+            format!("nslookup -type={qtype} -retry=1 -timeout=10 {name}"),
+        )
     }
 
     /// `cat /etc/resolv.conf`: what the pod's resolver was given.
@@ -383,7 +389,8 @@ mod tests {
         let script = framed_script(&[Step::nslookup("first", "a", "web.lab.test.")]).unwrap();
         assert_eq!(
             script,
-            "echo '=== begin first'; { nslookup -type=a web.lab.test.; } 2>&1; echo \"=== end first exit=$?\"\n"
+            "echo '=== begin first'; { nslookup -type=a -retry=1 -timeout=10 web.lab.test.; } 2>&1; \
+             echo \"=== end first exit=$?\"\n"
         );
         assert!(framed_script(&[Step::new("it's", "true")]).is_err());
         assert!(framed_script(&[Step::new("", "true")]).is_err());

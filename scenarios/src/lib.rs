@@ -17,6 +17,7 @@ pub mod dns;
 pub mod host_state;
 pub mod metrics;
 pub mod node;
+pub mod pod_dns;
 
 use std::path::{Path, PathBuf};
 

@@ -32,6 +32,8 @@ pub struct JoinedNode {
     pub deployed: DeployedNode,
     pub client: kube::Client,
     runtime: tokio::runtime::Runtime,
+    /// For an offline node: what the probe of the artifact server saw before the deploy.
+    offline_probe: Option<offline::NoRoute>,
 }
 
 /// Prints a step's time (scenarios are long; the output shows where the time goes).
@@ -124,15 +126,13 @@ impl JoinedNode {
             test,
             artifacts,
         } = booted;
-        if node.offline {
-            let seen = step("proving the VM has no route to the artifact server", || {
-                Ok(offline::prove_no_route(&lab, &vm)?)
-            })?;
-            eprintln!("==> {seen}");
-            step("checking the VM sees the offline bundle", || {
-                Ok(offline::hand_over(&vm, &artifacts)?)
-            })?;
-        }
+        let offline_probe = if node.offline {
+            let what = "proving the VM has no route to the artifact server and sees the bundle";
+            let (_, seen) = step(what, || Ok(offline::prove_and_hand_over(&lab, &vm, &artifacts)?))?;
+            Some(seen)
+        } else {
+            None
+        };
         let deployed = step(&format!("deploying the agent to {}", node.name()), || {
             Ok(harness::deploy::deploy_node_as(
                 &lab, &vm, &node, &artifacts, &test,
@@ -153,6 +153,7 @@ impl JoinedNode {
             deployed,
             client,
             runtime,
+            offline_probe,
         })
     }
 
@@ -184,11 +185,15 @@ impl JoinedNode {
     /// then, as the positive control, the VM gets its route back and its one request shows in
     /// the log. Nothing for an online node.
     pub fn ensure_stayed_offline(&self) -> anyhow::Result<()> {
-        if !self.node.offline {
+        let Some(probe) = &self.offline_probe else {
             return Ok(());
-        }
-        offline::ensure_no_requests(&self.lab)?;
-        eprintln!("==> offline: the artifact server logged no request");
+        };
+        offline::ensure_no_requests(&self.lab, probe.rejected_after_probe)?;
+        eprintln!(
+            "==> offline: the artifact server logged no request and its reject rule counted no \
+             attempt beyond the probe ({} packet(s))",
+            probe.rejected_after_probe
+        );
         let nic = self.nic()?;
         offline::control_after_unblock(&self.lab, &self.vm, nic.ip)?;
         eprintln!(

@@ -83,7 +83,7 @@ fn bootstrap(node: &mut JoinedNode) -> anyhow::Result<()> {
         // resolve through Cluster.ClusterDNS.
         scenarios::host_state::ensure_localdns_absent(&node.vm, &machine)?;
         let cluster_dns = node.cluster().cluster_dns;
-        scenarios::host_state::ensure_cluster_first_pod_resolves_through(node, cluster_dns)?;
+        scenarios::pod_dns::a_cluster_first_pod_resolves_the_kubernetes_service_through(node, cluster_dns)?;
     }
 
     // An ordinary pod (pod network, not hostNetwork, image never pulled) runs on the node and

@@ -15,15 +15,17 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
-use k8s_openapi::api::core::v1::Service;
-use kube::api::{Api, GetParams};
+use kube::api::GetParams;
 use rstest::rstest;
-use scenarios::cluster::{run_pod, wait_node_ready};
+use scenarios::cluster::wait_node_ready;
 use scenarios::dns::{
     CLUSTER_LISTENER, DnsPolicy, LOCALDNS_RESOLV_CONF, NODE_LISTENER, Nslookup, ResolvConf, Step, in_machine,
     lookup_pod, machine_resolv_conf, parse_framed, step,
 };
 use scenarios::node::{ClusterLab, JoinedNode};
+use scenarios::pod_dns::{
+    a_cluster_first_pod_resolves_the_kubernetes_service_through, ensure_server, run_lookup_pod,
+};
 
 /// The lines the scenario adds to the VM's resolv.conf before deploying (a tab on purpose:
 /// spec §3 tolerates them).
@@ -84,7 +86,7 @@ fn dns_wiring(node: &mut JoinedNode) -> anyhow::Result<()> {
 
     the_machine_resolver_is_the_node_listener_only(node, &machine, &expected, "after start")?;
     kubelet_uses_the_cluster_listener_and_the_localdns_resolv_conf(node, &machine, &name)?;
-    a_cluster_first_pod_resolves_the_kubernetes_service_through_the_cluster_listener(node, &name)?;
+    a_cluster_first_pod_resolves_the_kubernetes_service_through(node, CLUSTER_LISTENER)?;
     a_default_pod_resolves_a_lab_name_through_the_node_listener_asked_upstream_once(node, &name, &host)?;
 
     restart_the_machine(node, &machine)?;
@@ -177,52 +179,6 @@ fn kubelet_uses_the_cluster_listener_and_the_localdns_resolv_conf(
     Ok(())
 }
 
-/// Spec §1: a `ClusterFirst` pod's resolver is the cluster listener only, and through it (its
-/// CoreDNS forwards to the cluster DNS) the `kubernetes` Service's name gives its ClusterIP.
-fn a_cluster_first_pod_resolves_the_kubernetes_service_through_the_cluster_listener(
-    node: &JoinedNode,
-    name: &str,
-) -> anyhow::Result<()> {
-    let kubernetes = "kubernetes.default.svc.cluster.local.";
-    let service = node
-        .block_on(Api::<Service>::namespaced(node.client.clone(), "default").get("kubernetes"))
-        .context("reading Service default/kubernetes")?;
-    let cluster_ip: IpAddr = service
-        .spec
-        .and_then(|s| s.cluster_ip)
-        .context("Service default/kubernetes has no ClusterIP")?
-        .parse()?;
-    let pod = lookup_pod(
-        "dns-cluster-first",
-        name,
-        &node.artifacts.test_image_ref,
-        DnsPolicy::ClusterFirst,
-        &[
-            Step::resolv_conf("resolv.conf"),
-            Step::nslookup("kubernetes", "a", kubernetes),
-        ],
-    )?;
-    let finished = run_lookup_pod(node, &pod)?;
-    let steps = parse_framed(&finished)?;
-
-    let resolv = step(&steps, "resolv.conf")?.ensure_success()?;
-    ensure!(
-        ResolvConf::parse(resolv).nameservers() == [CLUSTER_LISTENER.to_string()],
-        "the ClusterFirst pod's resolver should be {CLUSTER_LISTENER} only:\n{resolv}"
-    );
-    let lookup = step(&steps, "kubernetes")?.ensure_success()?;
-    let out = Nslookup::parse(lookup)?;
-    ensure_server(&out, CLUSTER_LISTENER, "the ClusterFirst pod", lookup)?;
-    let addresses = out.addresses_of(kubernetes);
-    ensure!(
-        addresses == [cluster_ip],
-        "the ClusterFirst pod got {addresses:?} for {kubernetes}, expected the Service's ClusterIP \
-         {cluster_ip}:\n{lookup}"
-    );
-    eprintln!("==> ClusterFirst pod: {kubernetes} -> {cluster_ip} through {CLUSTER_LISTENER}");
-    Ok(())
-}
-
 /// Spec §1 and §5: a `Default` pod's resolver is the LocalDNS resolv.conf, so a lab upstream
 /// name resolves through the node listener; looked up twice, the upstream is asked once (over
 /// TCP from the node's address: CoreDNS's `force_tcp` forward), the second answer coming from
@@ -310,31 +266,6 @@ fn a_default_pod_resolves_a_lab_name_through_the_node_listener_asked_upstream_on
 }
 
 /// Fails unless `out` names `server` on its `Server:` line and has no error lines.
-fn ensure_server(out: &Nslookup, server: Ipv4Addr, who: &str, text: &str) -> anyhow::Result<()> {
-    ensure!(
-        out.server == Some(IpAddr::V4(server)),
-        "{who} asked {:?}, expected Server: {server}:\n{text}",
-        out.server
-    );
-    ensure!(out.errors.is_empty(), "{who}'s nslookup complained:\n{text}");
-    Ok(())
-}
-
-/// Runs `pod` in `default` to completion and returns its log.
-fn run_lookup_pod(node: &JoinedNode, pod: &k8s_openapi::api::core::v1::Pod) -> anyhow::Result<String> {
-    let pod_name = pod.metadata.name.clone().unwrap_or_default();
-    let started = Instant::now();
-    let finished = node
-        .block_on(run_pod(&node.client, "default", pod, node.deadline(3)))
-        .with_context(|| format!("running pod {pod_name}"))?;
-    eprintln!(
-        "==> pod {pod_name} ran in {:.1}s; its log:\n{}",
-        started.elapsed().as_secs_f64(),
-        finished.log
-    );
-    Ok(finished.log)
-}
-
 /// Restarts the machine as an operator would, `machinectl reboot <m>` (its init reboots, nspawn
 /// exits 133 and `systemd-nspawn@<m>.service` starts it again), and waits until a new leader
 /// runs with `localdns.service` active.

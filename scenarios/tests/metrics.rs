@@ -168,6 +168,23 @@ fn metrics_listen_on_the_node_ip_only(node: &JoinedNode, node_ip: Ipv4Addr) -> a
             "{expected} is not CoreDNS's: {line}"
         );
     }
+    // No other port either (e.g. a `prometheus` without an address would take :9153 on every
+    // address): CoreDNS listens for TCP on the listeners' :53 and :8181 and the metrics address.
+    let allowed: Vec<String> = [NODE_LISTENER, CLUSTER_LISTENER]
+        .iter()
+        .flat_map(|l| [format!("{l}:53"), format!("{l}:8181")])
+        .chain([expected.clone()])
+        .collect();
+    let coredns: Vec<&str> = ss.lines().filter(|l| l.contains("\"coredns\"")).collect();
+    for line in &coredns {
+        let local = local_address(line).unwrap_or("?");
+        ensure!(
+            allowed.iter().any(|a| a == local),
+            "CoreDNS listens on {local}, which is none of {allowed:?} (a wildcard or another \
+             port):\n{}",
+            coredns.join("\n")
+        );
+    }
     Ok(())
 }
 

@@ -127,6 +127,15 @@ fn table_is_exactly_the_spec(node: &JoinedNode) -> anyhow::Result<()> {
         "{NFT_FAMILY} {NFT_TABLE} holds more than chains and rules: {:?}",
         table.other
     );
+    // Sets ignore duplicates: the objects must be exactly as many (apply twice adds nothing).
+    ensure!(
+        table.chain_objects == chains.len() && table.rule_objects == rules.len(),
+        "{NFT_FAMILY} {NFT_TABLE} holds {} chains and {} rules, expected {} and {} (a duplicate?)",
+        table.chain_objects,
+        table.rule_objects,
+        chains.len(),
+        rules.len()
+    );
     eprintln!("==> nft table {NFT_FAMILY} {NFT_TABLE}: exactly 2 chains and 12 rules");
     Ok(())
 }

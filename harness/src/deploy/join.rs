@@ -103,8 +103,8 @@ pub fn join(lab: &Lab, vm: &Vm, node: &NodeConfig, cache: &Cache, test: &str) ->
         deployed.name,
         ready_after.as_secs_f64()
     );
-    if let Some(bundle) = &offline_bundle {
-        offline::ensure_no_requests(lab)?;
+    if let Some((bundle, probed)) = &offline_bundle {
+        offline::ensure_no_requests(lab, probed.rejected_after_probe)?;
         eprintln!(
             "==> offline: every artifact came from {bundle} in the VM; the artifact server logged no request"
         );
@@ -119,13 +119,15 @@ pub fn join(lab: &Lab, vm: &Vm, node: &NodeConfig, cache: &Cache, test: &str) ->
 }
 
 /// For an offline node: cuts `vm` off from the artifact server, proves it from inside the VM
-/// and hands it the bundle; returns where the bundle is in the VM.
-fn go_offline(lab: &Lab, vm: &Vm, artifacts: &LabArtifacts) -> Result<&'static str, JoinError> {
+/// and hands it the bundle; returns where the bundle is in the VM and what the probe saw.
+fn go_offline(
+    lab: &Lab,
+    vm: &Vm,
+    artifacts: &LabArtifacts,
+) -> Result<(&'static str, offline::NoRoute), JoinError> {
     let nic = super::lab_values::nic_of(lab, vm)?;
     offline::cut_off(lab, nic.ip)?;
-    let seen = offline::prove_no_route(lab, vm)?;
-    eprintln!("==> VM {} has no route to the artifact server: {seen}", vm.name());
-    Ok(offline::hand_over(vm, artifacts)?)
+    Ok(offline::prove_and_hand_over(lab, vm, artifacts)?)
 }
 
 /// How to reach a joined node: a shell in the VM and in its machine, kubectl with the admin

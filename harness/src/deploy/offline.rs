@@ -69,6 +69,17 @@ pub enum OfflineError {
     #[error("the artifact server logged {} request(s) while the node was offline:\n{}", .requests.len(), .requests.join("\n"))]
     Requests { requests: Vec<String> },
     #[error(
+        "the node tried the artifact server while offline: the lab's reject rule counted {now} \
+         packet(s), {after_probe} right after the harness's own probe:\n{rules}"
+    )]
+    Attempts {
+        after_probe: u64,
+        now: u64,
+        rules: String,
+    },
+    #[error("reading the lab's reject rule counter: {report}")]
+    NoCounter { report: String },
+    #[error(
         "positive control failed: with its route back, VM {vm}'s request did not show in the \
          artifact server's log: {report}"
     )]
@@ -102,6 +113,22 @@ pub fn guest_bundle(vm: &Vm, artifacts: &LabArtifacts) -> &'static str {
     } else {
         COPIED_BUNDLE
     }
+}
+
+/// For a VM already cut off ([`cut_off`]): proves it from inside ([`prove_no_route`]) and hands
+/// it the bundle ([`hand_over`]); returns the bundle's guest path and what the probe saw.
+pub fn prove_and_hand_over(
+    lab: &Lab,
+    vm: &Vm,
+    artifacts: &LabArtifacts,
+) -> Result<(&'static str, NoRoute), OfflineError> {
+    let seen = prove_no_route(lab, vm)?;
+    eprintln!(
+        "==> VM {} has no route to the artifact server: {}",
+        vm.name(),
+        seen.report
+    );
+    Ok((hand_over(vm, artifacts)?, seen))
 }
 
 /// Makes the bundle available in `vm` at [`guest_bundle`] (copying what is missing when the VM
@@ -196,13 +223,23 @@ pub fn cut_off(lab: &Lab, ip: Ipv4Addr) -> Result<(), OfflineError> {
         .map_err(|source| OfflineError::Block { ip, source })
 }
 
+/// What [`prove_no_route`] saw: a line for the output, and the reject rule's counter right after
+/// the probe (the baseline of [`ensure_no_requests`]).
+#[derive(Debug, Clone)]
+pub struct NoRoute {
+    pub report: String,
+    pub rejected_after_probe: u64,
+}
+
 /// From inside `vm`: a connect to the artifact server fails with "No route to host" (and the
-/// lab's reject rule counted it), while the API server on the same address answers (the
-/// positive control). Returns what was seen, for the output.
-pub fn prove_no_route(lab: &Lab, vm: &Vm) -> Result<String, OfflineError> {
+/// lab's reject rule's counter moved), while the API server on the same address answers (the
+/// positive control).
+pub fn prove_no_route(lab: &Lab, vm: &Vm) -> Result<NoRoute, OfflineError> {
     let bridge = lab.addrs().bridge_ip();
     let url = format!("http://{bridge}:{HTTP_PORT}{PROBE_PATH}");
     let command = format!("curl -v --max-time 30 -o /dev/null {url} 2>&1");
+    let before =
+        crate::lab::offline::rejected_packets(&lab.artifact_server_block_rules().unwrap_or_default());
     let out = vm
         .run_unchecked(&command)
         .map_err(vm_err(vm, "probing the artifact server"))?;
@@ -211,7 +248,8 @@ pub fn prove_no_route(lab: &Lab, vm: &Vm) -> Result<String, OfflineError> {
         .artifact_server_block_rules()
         .unwrap_or_else(|e| format!("(nft list failed: {e})"));
     let refused = out.status == crate::vm::ExitKind::Code(7) && output.contains("No route to host");
-    let counted = rules.contains("counter packets") && !rules.contains("counter packets 0 ");
+    let after = crate::lab::offline::rejected_packets(&rules);
+    let counted = matches!((before, after), (Some(b), Some(a)) if a > b);
     if !refused || !counted {
         return Err(OfflineError::StillRoutes {
             vm: vm.name().to_string(),
@@ -244,18 +282,38 @@ pub fn prove_no_route(lab: &Lab, vm: &Vm) -> Result<String, OfflineError> {
         .unwrap_or_default()
         .trim()
         .to_string();
-    Ok(format!(
-        "{url}: {line}; {api}: HTTP {code}; {}",
-        rules
-            .lines()
-            .find(|l| l.contains("reject"))
-            .unwrap_or_default()
-            .trim()
-    ))
+    Ok(NoRoute {
+        report: format!(
+            "{url}: {line}; {api}: HTTP {code}; {}",
+            rules
+                .lines()
+                .find(|l| l.contains("reject"))
+                .unwrap_or_default()
+                .trim()
+        ),
+        rejected_after_probe: after.unwrap_or_default(),
+    })
 }
 
-/// The artifact server logged no request at all (the node took everything from the bundle).
-pub fn ensure_no_requests(lab: &Lab) -> Result<(), OfflineError> {
+/// The artifact server logged no request at all (the node took everything from the bundle), and
+/// the node did not even try: the lab's reject rule counted nothing since the probe of
+/// [`prove_no_route`] (`rejected_after_probe`), as a refused connect never reaches the log.
+pub fn ensure_no_requests(lab: &Lab, rejected_after_probe: u64) -> Result<(), OfflineError> {
+    let rules = lab
+        .artifact_server_block_rules()
+        .map_err(|e| OfflineError::NoCounter {
+            report: e.to_string(),
+        })?;
+    let now = crate::lab::offline::rejected_packets(&rules).ok_or_else(|| OfflineError::NoCounter {
+        report: format!("no reject rule with a counter in:\n{rules}"),
+    })?;
+    if now != rejected_after_probe {
+        return Err(OfflineError::Attempts {
+            after_probe: rejected_after_probe,
+            now,
+            rules,
+        });
+    }
     let requests = lab.http().requests();
     if requests.is_empty() {
         return Ok(());

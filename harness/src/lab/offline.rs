@@ -62,9 +62,29 @@ pub fn list(netns_name: &str) -> Result<String, LabError> {
     })
 }
 
+/// The packets the reject rule counted, from [`list`]'s text (`counter packets N bytes M`);
+/// `None` when the table or its counter is not there.
+pub fn rejected_packets(listing: &str) -> Option<u64> {
+    let line = listing.lines().find(|l| l.contains("reject"))?;
+    let mut words = line.split_whitespace();
+    words.find(|w| *w == "packets")?;
+    words.next()?.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_reject_rules_counter_is_read_from_nfts_listing() {
+        let listing = "table inet lab_offline {\n\tchain input {\n\t\ttype filter hook input priority filter; policy accept;\n\t\tip saddr 192.168.101.10 tcp dport 8080 counter packets 3 bytes 180 reject with icmp host-unreachable\n\t}\n}\n";
+        assert_eq!(rejected_packets(listing), Some(3));
+        assert_eq!(rejected_packets(""), None);
+        assert_eq!(
+            rejected_packets("\t\tip saddr 1.2.3.4 tcp dport 8080 reject\n"),
+            None
+        );
+    }
 
     #[test]
     fn blocked_addresses_get_one_reject_rule_for_the_artifact_port_only() {
