@@ -9,7 +9,8 @@
 //! * No route: [`Lab::block_artifact_server`] before the VM's first request; [`prove_no_route`]
 //!   shows it from inside the VM (curl: "No route to host" on `:8080`, the nft counter moved)
 //!   with a positive control (the API server on the same address answers).
-//! * Afterwards: [`ensure_no_requests`] (the artifact server logged nothing at all) and
+//! * Afterwards: [`ensure_no_requests`] (the artifact server logged nothing at all, and the
+//!   reject rule counted no attempt since the probe) and
 //!   [`control_after_unblock`] (with the route back, one request from the VM is logged: the
 //!   log would have seen one).
 
