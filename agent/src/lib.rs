@@ -6,6 +6,7 @@ pub mod config;
 pub mod exec;
 pub mod goal;
 pub mod hostnet;
+pub mod lifecycle;
 pub mod machina;
 pub mod machine;
 pub mod names;

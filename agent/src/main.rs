@@ -38,6 +38,14 @@ enum Command {
     LocalDns(cli::localdns::Command),
     /// Make this host a node: the nspawn machine with containerd, kubelet and LocalDNS.
     Start(cli::start::Args),
+    /// Managed node reboot: re-render LocalDNS (upstreams re-discovered), stop and start the node.
+    Reboot(cli::lifecycle::RebootArgs),
+    /// Bring a finished node to a changed config in place (LocalDNS on, off or changed).
+    Apply(cli::lifecycle::ApplyArgs),
+    /// Move the node to the other machine slot (kube1 <-> kube2), removing the old one.
+    Repave(cli::lifecycle::RepaveArgs),
+    /// Remove everything of the agent's from this host; report what could not be removed.
+    Reset(cli::lifecycle::ResetArgs),
 }
 
 fn main() -> ExitCode {
@@ -58,6 +66,10 @@ fn main() -> ExitCode {
         Command::CoreDns(cmd) => cli::coredns::run(cmd),
         Command::LocalDns(cmd) => cli::localdns::run(cmd),
         Command::Start(args) => cli::start::run(args),
+        Command::Reboot(args) => cli::lifecycle::reboot(args),
+        Command::Apply(args) => cli::lifecycle::apply(args),
+        Command::Repave(args) => cli::lifecycle::repave(args),
+        Command::Reset(args) => cli::lifecycle::reset(args),
     };
     match result {
         Ok(code) => code,

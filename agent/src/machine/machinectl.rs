@@ -50,6 +50,21 @@ pub fn start(machine: &str) -> Result<bool, CommandFailed> {
     Ok(true)
 }
 
+/// `machinectl disable <m>` (no longer started at boot); idempotent.
+pub fn disable(machine: &str) -> Result<(), CommandFailed> {
+    exec::run(Command::new("machinectl").args(["disable", machine])).map(drop)
+}
+
+/// Stops the machine's unit (systemd waits for the machine to shut down); a machine that does
+/// not run is left alone. Returns whether it ran.
+pub fn stop(machine: &str) -> Result<bool, CommandFailed> {
+    if !is_running(machine)? {
+        return Ok(false);
+    }
+    exec::run(Command::new("systemctl").args(["stop", &nspawn_unit(machine)]))?;
+    Ok(true)
+}
+
 /// Polls `f` every `every` until it returns `Ok(Some(_))` or `timeout` passes.
 pub fn poll<T>(
     what: &str,

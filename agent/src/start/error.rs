@@ -29,15 +29,6 @@ pub enum StartError {
     Preflight { report: String },
     #[error(transparent)]
     State(#[from] StateError),
-    #[error(
-        "this host's node ({slot}) was started with another config (sha256 {recorded}, given {given}); \
-         `start` does not reconfigure a running node and changed nothing"
-    )]
-    OtherConfig {
-        slot: String,
-        recorded: String,
-        given: String,
-    },
     #[error("cannot read the host facts: {0}")]
     Gather(#[from] GatherError),
     #[error("cannot resolve the goal state: {0}")]

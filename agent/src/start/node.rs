@@ -9,7 +9,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use super::rootfs::ImageArchive;
-use super::{StartError, log};
+use super::StartError;
+use crate::lifecycle::progress::Progress;
 use crate::exec;
 use crate::hostnet::{self, NetworkSpec};
 use crate::machine::MachineRunner;
@@ -75,30 +76,30 @@ pub fn daemon_reload() -> Result<(), StartError> {
 
 /// The LocalDNS host network now (link and table, in-process), so the machine finds it; its
 /// unit (rendered and enabled with the other files) recreates it at boot.
-pub fn host_network(config: &Config) -> Result<(), StartError> {
+pub fn host_network(config: &Config, p: &dyn Progress) -> Result<(), StartError> {
     let Some(l) = &config.local_dns else {
         return Ok(());
     };
     let report = hostnet::apply(&NetworkSpec::from_config(l), &hostnet::nft_script(config, l))?;
     for line in report.to_string().lines() {
-        log(line);
+        p.line(line);
     }
     Ok(())
 }
 
 /// Enables and starts the machine (left alone when running) and waits until it runs commands.
-pub fn machine(runner: &MachineRunner, waits: Waits) -> Result<(), StartError> {
+pub fn machine(runner: &MachineRunner, waits: Waits, p: &dyn Progress) -> Result<(), StartError> {
     let m = runner.machine();
     machinectl::enable(m)?;
     if machinectl::start(m)? {
-        log(&format!("started machine {m}"));
+        p.line(&format!("started machine {m}"));
     }
     machinectl::wait_until_answering(runner, waits.machine())?;
     Ok(())
 }
 
 /// Waits until both listeners answer `GET /ready` with `OK`.
-pub fn localdns_ready(config: &Config, waits: Waits) -> Result<(), StartError> {
+pub fn localdns_ready(config: &Config, waits: Waits, p: &dyn Progress) -> Result<(), StartError> {
     let Some(l) = &config.local_dns else {
         return Ok(());
     };
@@ -112,7 +113,7 @@ pub fn localdns_ready(config: &Config, waits: Waits) -> Result<(), StartError> {
         })?;
     for ip in [l.node_listener.addr(), l.cluster_listener.addr()] {
         wait_ready(&runtime, ip, waits.localdns())?;
-        log(&format!("LocalDNS listener {ip} is ready"));
+        p.line(&format!("LocalDNS listener {ip} is ready"));
     }
     Ok(())
 }
@@ -162,7 +163,11 @@ pub fn listed_images(runner: &MachineRunner) -> Result<Vec<String>, StartError> 
 }
 
 /// Imports every archive whose ref containerd does not list yet; checks that it then does.
-pub fn import_images(runner: &MachineRunner, images: &[ImageArchive]) -> Result<(), StartError> {
+pub fn import_images(
+    runner: &MachineRunner,
+    images: &[ImageArchive],
+    p: &dyn Progress,
+) -> Result<(), StartError> {
     let mut listed = listed_images(runner)?;
     for image in images {
         if listed.contains(&image.reference) {
@@ -176,7 +181,7 @@ pub fn import_images(runner: &MachineRunner, images: &[ImageArchive]) -> Result<
                 archive: image.local_path.clone(),
             });
         }
-        log(&format!("imported {} from {}", image.reference, image.local_path));
+        p.line(&format!("imported {} from {}", image.reference, image.local_path));
     }
     Ok(())
 }

@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 
 use super::error::artifact;
 use super::files::write_changed;
-use super::{StartError, log};
+use super::StartError;
+use crate::lifecycle::progress::Progress;
 use crate::artifact::source::{self, KUBECTL, KUBELET, Resolved};
 use crate::artifact::{Fetcher, checksum, coredns, offline, pinned, rootfs as rootfs_artifact};
 use crate::machine::supervisor_entry;
@@ -106,6 +107,32 @@ fn install_supervisor(rootfs: &Path) -> Result<bool, StartError> {
     Ok(true)
 }
 
+/// Where each archive of `ContainerImages` lives in the machine, in config order (nothing is
+/// fetched: a repave imports what its preparing phase installed).
+pub fn image_archives(config: &Config) -> Result<Vec<ImageArchive>, StartError> {
+    let arch = source::host_arch().map_err(artifact("host"))?;
+    config
+        .container_images
+        .iter()
+        .enumerate()
+        .map(|(i, image)| {
+            let request = pinned::PinnedRequest::container_image(
+                i,
+                &image.reference,
+                image.url.as_deref(),
+                image.sha256.as_deref(),
+                arch,
+            );
+            let what = format!("{} ({})", request.field, image.reference);
+            let name = request.file_name().map_err(artifact(&what))?;
+            Ok(ImageArchive {
+                reference: image.reference.clone(),
+                local_path: format!("{IMAGES_DIR}/{name}"),
+            })
+        })
+        .collect()
+}
+
 /// Installs the archives of `ContainerImages` into the machine unless already there with the
 /// pinned digest; returns them in config order.
 fn install_images(
@@ -113,6 +140,7 @@ fn install_images(
     rootfs: &Path,
     fetcher: &Fetcher,
     arch: &str,
+    p: &dyn Progress,
 ) -> Result<Vec<ImageArchive>, StartError> {
     let bundle = bundle(config)?;
     let mut out = Vec::new();
@@ -135,7 +163,7 @@ fn install_images(
         if !checksum::sha256_file(&dest).is_ok_and(|have| have == expected) {
             pinned::install_data_file(&image.reference, &resolved, &dest, 0o644, fetcher)
                 .map_err(artifact(&what))?;
-            log(&format!(
+            p.line(&format!(
                 "installed image archive {local_path} ({})",
                 image.reference
             ));
@@ -179,27 +207,28 @@ pub fn populate(
     rootfs: &Path,
     root: &Path,
     fetcher: &Fetcher,
+    p: &dyn Progress,
 ) -> Result<(Vec<ImageArchive>, bool), StartError> {
     let arch = source::host_arch().map_err(artifact("host"))?;
     for spec in [&KUBELET, &KUBECTL] {
         if install_kubernetes_binary(config, spec, rootfs, fetcher, arch)? {
-            log(&format!("installed {} in the machine", spec.name));
+            p.line(&format!("installed {} in the machine", spec.name));
         }
     }
     if config.local_dns.is_some() {
         let installed = coredns::install(&coredns::Request::from_config(config), rootfs, fetcher)
             .map_err(artifact("CoreDNS"))?;
-        log(&format!("installed CoreDNS {} in the machine", installed.version));
+        p.line(&format!("installed CoreDNS {} in the machine", installed.version));
         if install_supervisor(rootfs)? {
-            log("installed the LocalDNS supervisor in the machine");
+            p.line("installed the LocalDNS supervisor in the machine");
         }
     }
-    let images = install_images(config, rootfs, fetcher, arch)?;
+    let images = install_images(config, rootfs, fetcher, arch, p)?;
     let written = write_changed(root, rendered, |p| {
         p != Path::new(SYSCTL_FILE) && p != Path::new(MODULES_FILE)
     })?;
     for path in &written {
-        log(&format!("wrote {}", path.display()));
+        p.line(&format!("wrote {}", path.display()));
     }
     let host_units_changed = written.iter().any(|p| p.starts_with("/etc/systemd/system"));
     Ok((images, host_units_changed))

@@ -1,0 +1,109 @@
+//! How a desired config differs from the applied one (pure): `apply` changes LocalDNS in place
+//! (`LocalDNS`, and the CoreDNS download it installs from); anything else shapes the machine, the
+//! kubelet's registration or the artifacts in its rootfs, and needs a repave.
+
+use serde_json::Value;
+
+use super::plan::Change;
+
+/// Config fields `apply` changes in place.
+pub const IN_PLACE: [&str; 2] = ["LocalDNS", "Downloads.CoreDNS"];
+
+/// The dotted paths (top-level keys, `Downloads.<kind>` below `Downloads`) whose values differ.
+fn differing(old: &Value, new: &Value) -> Vec<String> {
+    let empty = serde_json::Map::new();
+    let o = old.as_object().unwrap_or(&empty);
+    let n = new.as_object().unwrap_or(&empty);
+    let mut keys: Vec<&String> = o.keys().chain(n.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    let mut out = Vec::new();
+    for key in keys {
+        let (a, b) = (o.get(key), n.get(key));
+        if a == b {
+            continue;
+        }
+        if key == "Downloads" {
+            let null = Value::Null;
+            for sub in differing(a.unwrap_or(&null), b.unwrap_or(&null)) {
+                out.push(format!("Downloads.{sub}"));
+            }
+        } else {
+            out.push(key.clone());
+        }
+    }
+    out
+}
+
+/// Classifies the change from `old` (the applied config) to `new`.
+pub fn classify(old: &Value, new: &Value) -> Change {
+    let fields = differing(old, new);
+    if fields.is_empty() {
+        return Change::Same;
+    }
+    if fields.iter().all(|f| IN_PLACE.contains(&f.as_str())) {
+        Change::InPlace { fields }
+    } else {
+        Change::NeedsRepave {
+            fields: fields
+                .into_iter()
+                .filter(|f| !IN_PLACE.contains(&f.as_str()))
+                .collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn base() -> Value {
+        json!({
+            "NodeName": "n1",
+            "Cluster": {"Version": "v1.35.4"},
+            "LocalDNS": {"Enabled": true},
+            "Downloads": {"CoreDNS": {"Version": "1.15.0"}, "Kubernetes": {"Version": "v1.35.4"}}
+        })
+    }
+
+    #[test]
+    fn an_identical_config_is_the_same() {
+        assert_eq!(classify(&base(), &base()), Change::Same);
+    }
+
+    #[test]
+    fn localdns_and_its_download_change_in_place() {
+        let mut new = base();
+        new["LocalDNS"] = json!({"Enabled": false});
+        new["Downloads"]["CoreDNS"] = json!({"Version": "1.15.1"});
+        assert_eq!(
+            classify(&base(), &new),
+            Change::InPlace {
+                fields: vec!["Downloads.CoreDNS".into(), "LocalDNS".into()]
+            }
+        );
+        let mut removed = base();
+        removed.as_object_mut().unwrap().remove("LocalDNS");
+        assert!(matches!(classify(&base(), &removed), Change::InPlace { .. }));
+    }
+
+    #[test]
+    fn anything_else_needs_a_repave_and_is_named() {
+        let mut new = base();
+        new["LocalDNS"] = json!({"Enabled": false});
+        new["Cluster"]["Version"] = json!("v1.36.0");
+        new["Downloads"]["Kubernetes"] = json!({"Version": "v1.36.0"});
+        new["MachineImage"] = json!({"URL": "x"});
+        assert_eq!(
+            classify(&base(), &new),
+            Change::NeedsRepave {
+                fields: vec![
+                    "Cluster".into(),
+                    "Downloads.Kubernetes".into(),
+                    "MachineImage".into()
+                ]
+            }
+        );
+    }
+}

@@ -1,0 +1,202 @@
+//! `apply`'s in-place step: the node's files for the new config written, the files the old
+//! manifest has and the new one lacks removed, and only what must restart restarted — LocalDNS
+//! turned off takes down its host network and machine units (kubelet back on
+//! `Cluster.ClusterDNS`); turned on, it installs CoreDNS and brings everything back; changed, it
+//! restarts `localdns.service` and re-applies the NOTRACK table. Running pods keep running:
+//! kubelet restarts, containers do not.
+
+use std::path::{Path, PathBuf};
+
+use super::execute::Executor;
+use super::manifest::{self, Entry};
+use crate::hostnet;
+use crate::render::paths;
+use crate::render::write::under;
+use crate::start::StartError;
+use crate::start::node;
+
+/// What the change touched, by where it lives.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Touched {
+    pub host_units: bool,
+    pub machine_units: bool,
+    pub localdns: bool,
+    pub kubelet: bool,
+}
+
+/// Sorts touched host paths of a slot whose rootfs is `rootfs` into what must reload or restart.
+pub fn touched(paths: &[PathBuf], rootfs: &Path) -> Touched {
+    let mut t = Touched::default();
+    for path in paths {
+        match path.strip_prefix(rootfs) {
+            Ok(inside) => {
+                let inside = Path::new("/").join(inside);
+                if inside.starts_with("/etc/systemd") {
+                    t.machine_units = true;
+                }
+                if inside.starts_with(paths::LOCALDNS_DIR)
+                    || [
+                        paths::LOCALDNS_SERVICE,
+                        paths::LOCALDNS_SLICE,
+                        paths::COREDNS_BINARY,
+                        paths::SUPERVISOR_BINARY,
+                    ]
+                    .iter()
+                    .any(|p| inside == Path::new(p))
+                {
+                    t.localdns = true;
+                }
+                if inside == Path::new(paths::KUBELET_CONFIG)
+                    || inside == Path::new(paths::KUBELET_DROP_IN)
+                    || inside.starts_with("/etc/systemd/system/kubelet.service")
+                {
+                    t.kubelet = true;
+                }
+            }
+            Err(_) if path.starts_with("/etc/systemd/system") => t.host_units = true,
+            Err(_) => {}
+        }
+    }
+    t
+}
+
+/// Runs the step on the executor's slot.
+pub fn run(exec: &mut Executor) -> Result<(), StartError> {
+    let slot = exec.slot;
+    let rootfs = slot.rootfs();
+    let service = rootfs.join(paths::LOCALDNS_SERVICE.trim_start_matches('/'));
+    let old: Vec<Entry> = exec
+        .state
+        .as_ref()
+        .map(|s| s.manifest.slot(slot).to_vec())
+        .unwrap_or_default();
+    let was_on = old.iter().any(|e| e.path == service)
+        || exec
+            .observation
+            .applied
+            .as_ref()
+            .is_some_and(|a| a.config.local_dns.is_some());
+    let now_on = exec.config().config.local_dns.is_some();
+
+    exec.write_applied(slot)?;
+    let rendered = exec.render(slot)?;
+    exec.populate(slot, Some(rendered))?;
+    let new: Vec<Entry> = exec
+        .state
+        .as_ref()
+        .map(|s| s.manifest.slot(slot).to_vec())
+        .unwrap_or_default();
+    let stale = manifest::stale(&old, &new);
+    let mut all = manifest::changed(&old, &new);
+    for path in &stale {
+        remove(&exec.root, path)?;
+        exec.line(&format!("removed {}", path.display()));
+    }
+    all.extend(stale.iter().cloned());
+    let t = touched(&all, &rootfs);
+    let runner = Executor::runner(slot);
+    if t.host_units {
+        node::daemon_reload()?;
+    }
+    if t.machine_units {
+        runner.run(&["systemctl", "daemon-reload"])?;
+    }
+    let config = &exec.config().config;
+    if was_on && !now_on {
+        runner.run(&["systemctl", "stop", "localdns.service"])?;
+        exec.line("stopped localdns.service");
+        let report = hostnet::reset(&hostnet::ResetPaths::new(&exec.root));
+        for line in report.to_string().lines() {
+            exec.line(line);
+        }
+        if !report.is_clean() {
+            return Err(StartError::Io {
+                action: "remove the LocalDNS host network",
+                path: paths::NETWORK_UNIT.into(),
+                source: std::io::Error::other(report.to_string()),
+            });
+        }
+    }
+    if now_on {
+        node::host_network(config, exec.progress)?;
+        if !was_on && exec.root == Path::new("/") {
+            crate::exec::run(std::process::Command::new("systemctl").args([
+                "start",
+                paths::NETWORK_UNIT_NAME,
+            ]))?;
+        }
+        if !was_on {
+            runner.run(&["systemctl", "start", "localdns.service"])?;
+            exec.line("started localdns.service");
+        } else if t.localdns {
+            runner.run(&["systemctl", "restart", "localdns.service"])?;
+            exec.line("restarted localdns.service");
+        }
+        node::localdns_ready(config, exec.waits, exec.progress)?;
+    }
+    if t.kubelet {
+        runner.run(&["systemctl", "restart", "kubelet.service"])?;
+        crate::machine::machinectl::wait_unit_active(
+            &runner,
+            "kubelet.service",
+            exec.waits.kubelet(),
+            node::KUBELET_POLL,
+        )?;
+        exec.line("restarted kubelet.service");
+    }
+    Ok(())
+}
+
+/// Removes a file or link the agent wrote (absent is fine), then its parent directory if that
+/// became empty and is ours (a `*.d` drop-in directory, one below `/etc/unbounded`).
+fn remove(root: &Path, path: &Path) -> Result<(), StartError> {
+    let at = under(root, path);
+    match std::fs::remove_file(&at) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(source) => {
+            return Err(StartError::Io {
+                action: "remove",
+                path: at,
+                source,
+            });
+        }
+    }
+    if let Some(dir) = at.parent()
+        && (dir.extension().is_some_and(|e| e == "d") || path.starts_with("/etc/unbounded"))
+    {
+        let _ = std::fs::remove_dir(dir);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn touched_paths_name_what_reloads_and_restarts() {
+        let rootfs = Path::new("/var/lib/machines/kube1");
+        let at = |p: &str| rootfs.join(p.trim_start_matches('/'));
+        let t = touched(
+            &[
+                at(paths::COREFILE),
+                at(paths::KUBELET_DROP_IN),
+                PathBuf::from(paths::NETWORK_UNIT),
+            ],
+            rootfs,
+        );
+        assert_eq!(
+            t,
+            Touched {
+                host_units: true,
+                machine_units: true,
+                localdns: true,
+                kubelet: true
+            }
+        );
+        assert_eq!(touched(&[at(paths::MACHINE_RESOLV_CONF)], rootfs), Touched::default());
+        let binary = touched(&[at(paths::COREDNS_BINARY)], rootfs);
+        assert!(binary.localdns && !binary.machine_units && !binary.kubelet);
+    }
+}
