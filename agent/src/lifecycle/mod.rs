@@ -107,6 +107,9 @@ pub fn run(op: Operation, options: &Options, progress: &dyn Progress) -> Result<
         steps.iter().map(|s| s.name()).collect::<Vec<_>>().join(" → ")
     ));
     let mut exec = execute::Executor::new(op, options, observed, progress);
+    // Everything decided before anything changes: a config `start` cannot render (no pod CIDR,
+    // a bad CA) is refused here, with nothing written.
+    exec.render(slot)?;
     for step in &steps {
         exec.run_step(*step)?;
     }
