@@ -105,7 +105,8 @@ fn reset_dry_run_lists_what_it_would_remove_and_reset_removes_it_once() {
     assert!(out.status.success(), "{}", text(&out));
     let left = files(root.path());
     assert!(
-        left.iter().all(|p| !p.contains("kube2") && !p.contains("unbounded")),
+        left.iter()
+            .all(|p| !p.contains("kube2") && !p.contains("unbounded")),
         "left behind: {left:?}"
     );
     let again = agent(root.path(), &["reset"]);

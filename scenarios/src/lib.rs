@@ -15,6 +15,7 @@
 pub mod cluster;
 pub mod dns;
 pub mod host_state;
+pub mod lifecycle;
 pub mod metrics;
 pub mod node;
 pub mod pod_dns;

@@ -70,9 +70,9 @@ pub fn progress_lines() -> impl Progress {
 /// The closing line.
 pub fn print_outcome(outcome: &Outcome) {
     match outcome {
-        Outcome::Done {
-            operation, slot, ..
-        } => println!("{operation}: done: kubelet is active in machine {slot}"),
+        Outcome::Done { operation, slot, .. } => {
+            println!("{operation}: done: kubelet is active in machine {slot}")
+        }
         Outcome::Unchanged { operation, slot } => {
             println!("{operation}: done: machine {slot} unchanged")
         }

@@ -20,9 +20,7 @@ pub enum LifecycleError {
     NeedsConfig { op: &'static str },
     #[error("reset could not remove everything (exit 1):\n{report}")]
     ResetIncomplete { report: String },
-    #[error(
-        "the machine {slot} still has the boot id {boot_id} it had before; it did not start anew"
-    )]
+    #[error("the machine {slot} still has the boot id {boot_id} it had before; it did not start anew")]
     SameBootId { slot: Slot, boot_id: String },
     #[error(
         "the repave to {to} failed in phase {phase}: {cause}\nthe node was returned to {from}, \

@@ -109,7 +109,11 @@ impl<'a> Executor<'a> {
                     Step::PrepareRootfs => Stage::PreparingRootfs,
                     _ => Stage::StartingNode,
                 };
-                let manifest = self.state.as_ref().map(|s| s.manifest.clone()).unwrap_or_default();
+                let manifest = self
+                    .state
+                    .as_ref()
+                    .map(|s| s.manifest.clone())
+                    .unwrap_or_default();
                 let mut next = InstallState::new(self.slot, stage, &sha);
                 next.manifest = manifest;
                 self.save_state(next)?;
@@ -270,7 +274,11 @@ impl<'a> Executor<'a> {
             self.populate(self.slot, None)?;
         }
         self.write_applied(self.slot)?;
-        if self.populated.as_ref().is_some_and(|(_, units_changed)| *units_changed) {
+        if self
+            .populated
+            .as_ref()
+            .is_some_and(|(_, units_changed)| *units_changed)
+        {
             node::daemon_reload()?;
         }
         let images = self.images()?;
@@ -298,7 +306,11 @@ impl<'a> Executor<'a> {
                 source,
             }
         })?;
-        let manifest = self.state.as_ref().map(|s| s.manifest.clone()).unwrap_or_default();
+        let manifest = self
+            .state
+            .as_ref()
+            .map(|s| s.manifest.clone())
+            .unwrap_or_default();
         let mut done = InstallState::new(slot, Stage::Complete, &self.config().sha256);
         done.manifest = Manifest {
             slots: manifest.slots.into_iter().filter(|(s, _)| *s == slot).collect(),
@@ -307,7 +319,10 @@ impl<'a> Executor<'a> {
         done.operation = self.state.as_ref().and_then(|s| s.operation.clone());
         self.save_state(done)?;
         self.slot = slot;
-        self.line(&format!("{slot} committed with config sha256 {}", self.config().sha256));
+        self.line(&format!(
+            "{slot} committed with config sha256 {}",
+            self.config().sha256
+        ));
         Ok(())
     }
 
@@ -317,7 +332,10 @@ impl<'a> Executor<'a> {
         let config = &self.config().config;
         let runner = Self::runner(self.slot);
         if !machinectl::is_running(runner.machine())? {
-            self.line(&format!("machine {} is not running; starting it", runner.machine()));
+            self.line(&format!(
+                "machine {} is not running; starting it",
+                runner.machine()
+            ));
             node::host_network(config, self.progress)?;
             node::machine(&runner, self.waits, self.progress)?;
             node::localdns_ready(config, self.waits, self.progress)?;

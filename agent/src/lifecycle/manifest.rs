@@ -148,7 +148,10 @@ mod tests {
         m.record(
             Slot::Kube2,
             &rendered,
-            &[("/var/lib/machines/kube2/usr/local/bin/coredns".into(), "ff".into())],
+            &[(
+                "/var/lib/machines/kube2/usr/local/bin/coredns".into(),
+                "ff".into(),
+            )],
         );
         assert_eq!(m.host.len(), 1);
         assert_eq!(m.slot(Slot::Kube2).len(), 4);

@@ -20,7 +20,8 @@ use crate::render::write::under;
 use crate::start::node::applied_paths;
 
 /// Directories removed when they are left empty, deepest first.
-const EMPTY_DIRS: [&str; 8] = [
+const EMPTY_DIRS: [&str; 9] = [
+    "/etc/systemd/system/machines.target.wants",
     "/etc/unbounded/localdns",
     "/etc/unbounded/agent",
     "/etc/unbounded",
@@ -275,7 +276,10 @@ mod tests {
             touch(root, p);
         }
         let planned = plan(root);
-        assert!(planned.iter().any(|l| l.ends_with("var/lib/machines/kube2")), "{planned:?}");
+        assert!(
+            planned.iter().any(|l| l.ends_with("var/lib/machines/kube2")),
+            "{planned:?}"
+        );
         let report = reset(root);
         // Table and link deletion act on this host's kernel, whatever the root: a build host
         // without them reports them absent, and fails nothing.

@@ -120,10 +120,9 @@ pub fn run(exec: &mut Executor) -> Result<(), StartError> {
     if now_on {
         node::host_network(config, exec.progress)?;
         if !was_on && exec.root == Path::new("/") {
-            crate::exec::run(std::process::Command::new("systemctl").args([
-                "start",
-                paths::NETWORK_UNIT_NAME,
-            ]))?;
+            crate::exec::run(
+                std::process::Command::new("systemctl").args(["start", paths::NETWORK_UNIT_NAME]),
+            )?;
         }
         if !was_on {
             runner.run(&["systemctl", "start", "localdns.service"])?;
@@ -195,7 +194,10 @@ mod tests {
                 kubelet: true
             }
         );
-        assert_eq!(touched(&[at(paths::MACHINE_RESOLV_CONF)], rootfs), Touched::default());
+        assert_eq!(
+            touched(&[at(paths::MACHINE_RESOLV_CONF)], rootfs),
+            Touched::default()
+        );
         let binary = touched(&[at(paths::COREDNS_BINARY)], rootfs);
         assert!(binary.localdns && !binary.machine_units && !binary.kubelet);
     }

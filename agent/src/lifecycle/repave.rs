@@ -67,7 +67,10 @@ fn split(rendered: Rendered, at_switch: bool) -> Rendered {
 
 /// Runs one phase.
 pub fn run_phase(exec: &mut Executor, phase: Phase) -> Result<(), LifecycleError> {
-    let record = exec.repave.clone().expect("the phase was recorded before it runs");
+    let record = exec
+        .repave
+        .clone()
+        .expect("the phase was recorded before it runs");
     let (from, to) = (record.from, record.to);
     match phase {
         Phase::Preparing => preparing(exec, from, to)?,
@@ -157,7 +160,9 @@ fn verify(exec: &Executor, record: &RepaveState) -> Result<(), StartError> {
         exec.waits.kubelet(),
         node::KUBELET_POLL,
     )?;
-    exec.line(&format!("{to} verified: boot id {now}, LocalDNS ready, kubelet active"));
+    exec.line(&format!(
+        "{to} verified: boot id {now}, LocalDNS ready, kubelet active"
+    ));
     Ok(())
 }
 
@@ -165,7 +170,9 @@ fn verify(exec: &Executor, record: &RepaveState) -> Result<(), StartError> {
 /// the target and the record.
 fn roll_back(exec: &mut Executor, record: &RepaveState, phase: Phase, cause: String) -> LifecycleError {
     let (from, to) = (record.from, record.to);
-    exec.line(&format!("{phase:?} failed: {cause}; returning the node to {from}"));
+    exec.line(&format!(
+        "{phase:?} failed: {cause}; returning the node to {from}"
+    ));
     let result = (|| -> Result<(), LifecycleError> {
         stop_node(to, exec.progress)?;
         machinectl::disable(to.as_str())?;

@@ -8,11 +8,11 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use super::rootfs::ImageArchive;
 use super::StartError;
-use crate::lifecycle::progress::Progress;
+use super::rootfs::ImageArchive;
 use crate::exec;
 use crate::hostnet::{self, NetworkSpec};
+use crate::lifecycle::progress::Progress;
 use crate::machine::MachineRunner;
 use crate::machine::machinectl::{self, MachineError, poll};
 use crate::render::corefile::READY_PORT;

@@ -4,12 +4,12 @@
 
 use std::path::{Path, PathBuf};
 
+use super::StartError;
 use super::error::artifact;
 use super::files::write_changed;
-use super::StartError;
-use crate::lifecycle::progress::Progress;
 use crate::artifact::source::{self, KUBECTL, KUBELET, Resolved};
 use crate::artifact::{Fetcher, checksum, coredns, offline, pinned, rootfs as rootfs_artifact};
+use crate::lifecycle::progress::Progress;
 use crate::machine::supervisor_entry;
 use crate::render::Rendered;
 use crate::render::host_prep::{MODULES_FILE, SYSCTL_FILE};

@@ -48,7 +48,11 @@ fn names(steps: &[Step]) -> Vec<&'static str> {
     steps.iter().map(|s| s.name()).collect()
 }
 
-fn planned(state: Option<InstallState>, desired: Desired, op: Operation) -> Result<Vec<&'static str>, Refusal> {
+fn planned(
+    state: Option<InstallState>,
+    desired: Desired,
+    op: Operation,
+) -> Result<Vec<&'static str>, Refusal> {
     plan(&Observed { state, repave: None }, &desired, op).map(|s| names(&s))
 }
 
@@ -69,14 +73,20 @@ const FULL_INSTALL: [&str; 5] = [
 #[case::killed_with_another_config(state(Stage::StartingNode, B), A, &FULL_INSTALL)]
 #[case::finished_same_config(state(Stage::Complete, A), A, &["ensure-running"])]
 fn start_plans(#[case] s: Option<InstallState>, #[case] sha: &str, #[case] want: &[&str]) {
-    assert_eq!(planned(s, desired(sha, Change::Same), Operation::Start).unwrap(), want);
+    assert_eq!(
+        planned(s, desired(sha, Change::Same), Operation::Start).unwrap(),
+        want
+    );
 }
 
 #[test]
 fn start_on_a_node_finished_with_another_config_points_at_apply() {
     let err = planned(state(Stage::Complete, B), same(), Operation::Start).unwrap_err();
     assert!(matches!(err, Refusal::OtherConfig { .. }), "{err}");
-    assert!(err.to_string().contains("unbounded-agent apply --config FILE"), "{err}");
+    assert!(
+        err.to_string().contains("unbounded-agent apply --config FILE"),
+        "{err}"
+    );
 }
 
 #[rstest]
@@ -92,7 +102,11 @@ fn reboot_plans(#[case] s: Option<InstallState>, #[case] want: &[&str]) {
 #[case::apply(Operation::Apply)]
 #[case::repave(Operation::Repave { to: None })]
 fn lifecycle_operations_need_a_finished_node(#[case] op: Operation) {
-    for s in [None, state(Stage::PreparingHost, A), state(Stage::StartingNode, A)] {
+    for s in [
+        None,
+        state(Stage::PreparingHost, A),
+        state(Stage::StartingNode, A),
+    ] {
         let err = planned(s, same(), op).unwrap_err();
         assert_eq!(err, Refusal::NotInstalled { op: op.name() });
     }
@@ -102,7 +116,10 @@ fn lifecycle_operations_need_a_finished_node(#[case] op: Operation) {
 #[case::no_change(Change::Same, Ok(vec![]))]
 #[case::in_place(Change::InPlace { fields: vec!["LocalDNS.Enabled".into()] }, Ok(vec!["reconfigure", "commit"]))]
 fn apply_plans(#[case] change: Change, #[case] want: Result<Vec<&str>, Refusal>) {
-    assert_eq!(planned(state(Stage::Complete, A), desired(B, change), Operation::Apply), want);
+    assert_eq!(
+        planned(state(Stage::Complete, A), desired(B, change), Operation::Apply),
+        want
+    );
 }
 
 #[test]
@@ -112,7 +129,8 @@ fn apply_of_a_change_that_needs_a_repave_is_refused_naming_the_fields() {
     };
     let err = planned(state(Stage::Complete, A), desired(B, change), Operation::Apply).unwrap_err();
     assert!(
-        err.to_string().contains("needs a repave") && err.to_string().contains("Cluster.Version, MachineImage"),
+        err.to_string().contains("needs a repave")
+            && err.to_string().contains("Cluster.Version, MachineImage"),
         "{err}"
     );
 }
@@ -128,7 +146,11 @@ fn an_interrupted_apply_resumes_for_the_same_config_only() {
         Operation::Apply,
     );
     assert_eq!(resumed.unwrap(), ["commit"]);
-    let other = planned(interrupted("apply", "commit", "cccc"), desired(B, change), Operation::Apply);
+    let other = planned(
+        interrupted("apply", "commit", "cccc"),
+        desired(B, change),
+        Operation::Apply,
+    );
     assert_eq!(other.unwrap(), ["reconfigure", "commit"]);
 }
 
@@ -137,7 +159,10 @@ fn an_interrupted_apply_resumes_for_the_same_config_only() {
 #[case::apply_then_reboot(interrupted("apply", "reconfigure", B), Operation::Reboot)]
 #[case::apply_then_start(interrupted("apply", "reconfigure", B), Operation::Start)]
 #[case::reboot_then_repave(interrupted("reboot", "starting-node", A), Operation::Repave { to: None })]
-fn another_interrupted_operation_must_be_finished_first(#[case] s: Option<InstallState>, #[case] op: Operation) {
+fn another_interrupted_operation_must_be_finished_first(
+    #[case] s: Option<InstallState>,
+    #[case] op: Operation,
+) {
     let err = planned(s, desired(A, Change::InPlace { fields: vec![] }), op).unwrap_err();
     assert!(matches!(err, Refusal::OperationUnderway { .. }), "{err}");
     assert!(err.to_string().contains("run `unbounded-agent"), "{err}");

@@ -1,0 +1,224 @@
+//! What the lifecycle scenarios share: running an agent operation on the node with its output,
+//! the Node's `bootID`, a long-running pod that must survive, the order LocalDNS, containerd and
+//! kubelet came up in inside the machine, and a listing of the host taken before `start` that a
+//! `reset` must return the host to.
+
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+use anyhow::{Context, ensure};
+use harness::vm::Vm;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, DeleteParams, PostParams};
+
+use crate::cluster::test_pod;
+use crate::host_state::unit_properties;
+use crate::node::JoinedNode;
+
+/// Runs `unbounded-agent <args>` on the node; fails with its output unless it exits 0.
+pub fn agent(node: &JoinedNode, args: &str) -> anyhow::Result<String> {
+    let started = Instant::now();
+    let command = format!("{} {args} 2>&1", node.deployed.guest_agent);
+    eprintln!("==> unbounded-agent {args} ...");
+    let out = node
+        .vm
+        .cmd(&command)
+        .allow_failure()
+        .timeout(node.deadline(harness::deploy::plan::START_COMMAND_DEADLINES))
+        .run()?;
+    let text = out.stdout_text();
+    ensure!(
+        matches!(out.status, harness::vm::ExitKind::Code(0)),
+        "`unbounded-agent {args}` failed ({:?}):\n{text}",
+        out.status
+    );
+    eprintln!(
+        "==> unbounded-agent {args}: done in {:.1}s\n{}",
+        started.elapsed().as_secs_f64(),
+        text.lines().rev().take(3).collect::<Vec<_>>().join("\n")
+    );
+    Ok(text)
+}
+
+/// The Node's `status.nodeInfo.bootID` (kubelet reports the machine's boot id).
+pub fn node_boot_id(node: &JoinedNode) -> anyhow::Result<String> {
+    let name = &node.deployed.name;
+    let n = node
+        .block_on(Api::<Node>::all(node.client.clone()).get(name))
+        .with_context(|| format!("reading Node {name}"))?;
+    Ok(n.status
+        .and_then(|s| s.node_info)
+        .map(|i| i.boot_id)
+        .unwrap_or_default())
+}
+
+/// Waits until the Node reports a `bootID` other than `old` (kubelet updates it after a restart).
+pub fn wait_new_boot_id(node: &JoinedNode, old: &str) -> anyhow::Result<String> {
+    let deadline = Instant::now() + node.deadline(3);
+    loop {
+        let now = node_boot_id(node)?;
+        if !now.is_empty() && now != old {
+            return Ok(now);
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "the Node's bootID stayed {old:?} after the reboot"
+        );
+        std::thread::sleep(std::time::Duration::from_secs(2));
+    }
+}
+
+/// A pod that sleeps for an hour on the node; its container id tells whether it survived.
+pub fn start_sleeper(node: &JoinedNode, name: &str) -> anyhow::Result<String> {
+    let pods: Api<Pod> = Api::namespaced(node.client.clone(), "default");
+    let pod = test_pod(
+        name,
+        &node.deployed.name,
+        &node.artifacts.test_image_ref,
+        &["sleep", "3600"],
+    );
+    node.block_on(async {
+        let _ = pods.delete(name, &DeleteParams::default()).await;
+        pods.create(&PostParams::default(), &pod).await
+    })
+    .with_context(|| format!("creating pod {name}"))?;
+    let deadline = Instant::now() + node.deadline(3);
+    loop {
+        if let Some(id) = running_container(node, name)? {
+            eprintln!("==> pod {name} runs as {id}");
+            return Ok(id);
+        }
+        ensure!(Instant::now() < deadline, "pod {name} did not start running");
+        std::thread::sleep(std::time::Duration::from_secs(2));
+    }
+}
+
+/// The container id of a running, never restarted pod `name`; `None` otherwise.
+pub fn running_container(node: &JoinedNode, name: &str) -> anyhow::Result<Option<String>> {
+    let pods: Api<Pod> = Api::namespaced(node.client.clone(), "default");
+    let pod = node
+        .block_on(pods.get(name))
+        .with_context(|| format!("reading pod {name}"))?;
+    let status = pod.status.unwrap_or_default();
+    let container = status.container_statuses.unwrap_or_default().into_iter().next();
+    Ok(container.and_then(|c| {
+        let running = c.state.as_ref().is_some_and(|s| s.running.is_some());
+        (running && c.restart_count == 0).then(|| c.container_id.unwrap_or_default())
+    }))
+}
+
+/// The sleeper still runs the same container, never restarted.
+pub fn ensure_sleeper_survived(node: &JoinedNode, name: &str, id: &str, after: &str) -> anyhow::Result<()> {
+    let now = running_container(node, name)?;
+    ensure!(
+        now.as_deref() == Some(id),
+        "pod {name} did not keep running {after}: container {now:?}, was {id}"
+    );
+    eprintln!("==> pod {name} kept running {after}");
+    Ok(())
+}
+
+fn monotonic(vm: &Vm, machine: &str, unit: &str, property: &str) -> anyhow::Result<u64> {
+    let props = unit_properties(vm, Some(machine), unit, &[property])?;
+    props
+        .get(property)
+        .and_then(|v| v.parse().ok())
+        .filter(|v| *v > 0)
+        .with_context(|| format!("{unit} in {machine} has no {property}: {props:?}"))
+}
+
+/// In the machine's current boot, `localdns.service` became active (its READY=1) before
+/// containerd's and kubelet's processes started (the units' monotonic timestamps).
+pub fn ensure_localdns_ready_before_kubelet(vm: &Vm, machine: &str) -> anyhow::Result<()> {
+    let ready = monotonic(vm, machine, "localdns.service", "ActiveEnterTimestampMonotonic")?;
+    for unit in ["containerd.service", "kubelet.service"] {
+        let started = monotonic(vm, machine, unit, "ExecMainStartTimestampMonotonic")?;
+        ensure!(
+            ready <= started,
+            "{unit} started at {started} µs, before localdns.service was ready at {ready} µs"
+        );
+        eprintln!(
+            "==> {unit} started {:.1}s after localdns.service was ready",
+            (started - ready) as f64 / 1e6
+        );
+    }
+    Ok(())
+}
+
+/// What a host holds that `start` could add and `reset` must remove: the files under `/etc` and
+/// `/var/lib` (without the ones systemd and the package manager keep changing on their own),
+/// unit files, links, nft tables, machines and mounts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostListing {
+    pub items: BTreeSet<String>,
+}
+
+/// Paths that change on an idle host by themselves (journal, timers, random seed, apt, dhcp).
+const LISTING_NOISE: &[&str] = &[
+    "/var/lib/systemd",
+    "/var/lib/apt",
+    "/var/lib/dpkg",
+    "/var/lib/dhcp",
+    "/var/lib/private",
+    "/etc/ld.so.cache",
+];
+
+impl HostListing {
+    pub fn take(vm: &Vm) -> anyhow::Result<HostListing> {
+        let prune: String = LISTING_NOISE
+            .iter()
+            .map(|p| format!(" -path {p} -prune -o"))
+            .collect();
+        let script = format!(
+            "find /etc /var/lib -xdev{prune} -print | sed 's/^/path /'; \
+             systemctl list-unit-files --no-legend --no-pager | awk '{{print \"unit \" $1}}'; \
+             ip -o link show | awk -F': ' '{{print \"link \" $2}}' | cut -d@ -f1; \
+             nft list tables | sed 's/^/nft /'; \
+             machinectl list --no-legend --no-pager | awk '{{print \"machine \" $1}}'; \
+             findmnt -rn -o TARGET | sed 's/^/mount /'"
+        );
+        let text = vm.run(&script).context("listing the host")?;
+        let items: BTreeSet<String> = text.lines().map(str::to_string).collect();
+        // Positive controls: the listing sees real things of each kind.
+        for must in [
+            "path /etc/os-release",
+            "unit systemd-nspawn@.service",
+            "link lo",
+            "mount /",
+        ] {
+            ensure!(items.contains(must), "the host listing lacks {must:?}");
+        }
+        Ok(HostListing { items })
+    }
+
+    /// The listing without the items the lab's deploy adds before `start` (the config it writes
+    /// for the agent: the operator's file, which `reset` keeps).
+    pub fn without_the_deployed_config(mut self) -> HostListing {
+        let config = harness::deploy::plan::GUEST_CONFIG;
+        let mut deployed = vec![format!("path {config}")];
+        let mut dir = std::path::Path::new(config).parent();
+        while let Some(d) = dir.filter(|d| *d != std::path::Path::new("/etc")) {
+            deployed.push(format!("path {}", d.display()));
+            dir = d.parent();
+        }
+        for item in deployed {
+            self.items.remove(&item);
+        }
+        self
+    }
+
+    /// Fails naming every item added or removed since `before`.
+    pub fn ensure_same_as(&self, before: &HostListing, when: &str) -> anyhow::Result<()> {
+        let added: Vec<&String> = self.items.difference(&before.items).collect();
+        let removed: Vec<&String> = before.items.difference(&self.items).collect();
+        ensure!(
+            added.is_empty() && removed.is_empty(),
+            "{when}, the host differs from before `start`:\nadded: {added:#?}\nremoved: {removed:#?}"
+        );
+        eprintln!(
+            "==> {when}: the host listing ({} items) equals the one before `start`",
+            self.items.len()
+        );
+        Ok(())
+    }
+}

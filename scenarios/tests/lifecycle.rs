@@ -1,0 +1,259 @@
+//! Scenarios of the node's life on a joined LocalDNS node (docs/lifecycle.md): a managed reboot,
+//! LocalDNS turned off and on again in place, a reboot of the host itself; a repave to the other
+//! slot and back; a reset that leaves the host as it was before `start`, also after a reboot, and
+//! a `start` that joins the node again. After each step the Node is Ready and pods resolve through
+//! the listeners the design assigns (or `Cluster.ClusterDNS` with LocalDNS off).
+//!
+//! Two cases, each one join: the operations run one after another on the same node, so the
+//! suite pays for two joins, not one per operation.
+
+use std::net::Ipv4Addr;
+
+use anyhow::{Context, ensure};
+use scenarios::cluster::wait_node_ready;
+use scenarios::dns::{CLUSTER_LISTENER, NODE_LISTENER, ResolvConf, machine_resolv_conf};
+use scenarios::host_state::{
+    LINK, NETWORK_UNIT, NFT_FAMILY, NFT_TABLE, ensure_localdns_absent, existing_paths, read_link,
+    read_nft_tables, unit_properties,
+};
+use scenarios::lifecycle::{
+    HostListing, agent, ensure_localdns_ready_before_kubelet, ensure_sleeper_survived, node_boot_id,
+    start_sleeper, wait_new_boot_id,
+};
+use scenarios::node::JoinedNode;
+use scenarios::pod_dns::a_cluster_first_pod_resolves_the_kubernetes_service_through;
+
+const CONFIG: &str = harness::deploy::plan::GUEST_CONFIG;
+const CONFIG_OFF: &str = "/etc/unbounded/agent/config-localdns-off.json";
+
+fn node_config() -> std::path::PathBuf {
+    harness::evidence::repo_root().join("node-configs/localdns.json")
+}
+
+#[test]
+fn a_node_reboots_turns_localdns_off_and_on_in_place_and_survives_a_host_reboot() -> anyhow::Result<()> {
+    JoinedNode::run_case(&node_config(), |node| {
+        let name = node.deployed.name.clone();
+        node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
+        let sleeper = start_sleeper(node, "lifecycle-sleeper")?;
+
+        managed_reboot(node)?;
+        localdns_off_in_place(node, &sleeper)?;
+        localdns_on_in_place(node, &sleeper)?;
+        host_reboot(node)
+    })
+}
+
+#[test]
+fn a_node_repaves_to_kube2_and_back_and_reset_leaves_the_host_as_before_start() -> anyhow::Result<()> {
+    let before = std::cell::RefCell::new(None);
+    JoinedNode::run_case_with(
+        &node_config(),
+        |lab| {
+            *before.borrow_mut() = Some(HostListing::take(&lab.vm)?);
+            Ok(())
+        },
+        |node| {
+            let before = before.borrow().clone().context("no listing before start")?;
+            repave(node, "kube1", "kube2")?;
+            repave(node, "kube2", "kube1")?;
+            reset_and_start_again(node, &before)
+        },
+    )
+}
+
+/// `unbounded-agent reboot`: the machine boots anew (the Node's bootID changes), LocalDNS is ready
+/// before containerd and kubelet start, the Node is Ready and pods resolve through the listener.
+fn managed_reboot(node: &mut JoinedNode) -> anyhow::Result<()> {
+    let name = node.deployed.name.clone();
+    let old = node_boot_id(node)?;
+    ensure!(!old.is_empty(), "the Node reports no bootID before the reboot");
+    let out = agent(node, "reboot")?;
+    ensure!(
+        out.contains("reboot: step render-localdns") && out.contains("reboot: step stop-node"),
+        "reboot did not run its steps:\n{out}"
+    );
+    let new = wait_new_boot_id(node, &old)?;
+    eprintln!("==> managed reboot: bootID {old} -> {new}");
+    node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
+    ensure_localdns_ready_before_kubelet(&node.vm, "kube1")?;
+    a_cluster_first_pod_resolves_the_kubernetes_service_through(node, CLUSTER_LISTENER)
+}
+
+fn cluster_dns(node: &JoinedNode) -> anyhow::Result<Ipv4Addr> {
+    let text = node.vm.run(&format!("cat {CONFIG}"))?;
+    let config: serde_json::Value = serde_json::from_str(&text)?;
+    config["Cluster"]["ClusterDNS"]
+        .as_str()
+        .context("the deployed config has no Cluster.ClusterDNS")?
+        .parse()
+        .context("Cluster.ClusterDNS is not IPv4")
+}
+
+/// `apply` with LocalDNS off: nothing of LocalDNS is left on the host or in the machine, the
+/// machine's resolver is the host's, ClusterFirst pods resolve through `Cluster.ClusterDNS`, the
+/// Node stays Ready and a running pod keeps running.
+fn localdns_off_in_place(node: &mut JoinedNode, sleeper: &str) -> anyhow::Result<()> {
+    let name = node.deployed.name.clone();
+    let text = node.vm.run(&format!("cat {CONFIG}"))?;
+    let mut config: serde_json::Value = serde_json::from_str(&text)?;
+    config["LocalDNS"]["Enabled"] = serde_json::Value::Bool(false);
+    node.vm.write_file(
+        CONFIG_OFF,
+        serde_json::to_string_pretty(&config)?.as_bytes(),
+        0o600,
+    )?;
+    let out = agent(node, &format!("apply --config {CONFIG_OFF}"))?;
+    ensure!(
+        out.contains("apply: step reconfigure"),
+        "apply did not reconfigure:\n{out}"
+    );
+    ensure_localdns_absent(&node.vm, "kube1")?;
+    let host = ResolvConf::parse(&node.vm.run("cat /etc/resolv.conf")?);
+    let machine = ResolvConf::parse(&machine_resolv_conf(&node.vm, "kube1")?);
+    ensure!(
+        machine.nameservers() == host.nameservers(),
+        "with LocalDNS off the machine's resolver should be the host's {:?}, it is {:?}",
+        host.nameservers(),
+        machine.nameservers()
+    );
+    node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
+    ensure_sleeper_survived(
+        node,
+        "lifecycle-sleeper",
+        sleeper,
+        "while LocalDNS was turned off",
+    )?;
+    a_cluster_first_pod_resolves_the_kubernetes_service_through(node, cluster_dns(node)?)?;
+    let again = agent(node, &format!("apply --config {CONFIG_OFF}"))?;
+    ensure!(
+        again.contains("nothing changed"),
+        "a second apply of the same config changed something:\n{again}"
+    );
+    Ok(())
+}
+
+/// `apply` with LocalDNS on again: link, table and unit are back, the machine resolves through the
+/// node listener, ClusterFirst pods through the cluster listener; the pod kept running.
+fn localdns_on_in_place(node: &mut JoinedNode, sleeper: &str) -> anyhow::Result<()> {
+    let name = node.deployed.name.clone();
+    let out = agent(node, &format!("apply --config {CONFIG}"))?;
+    ensure!(
+        out.contains("started localdns.service"),
+        "apply did not start LocalDNS:\n{out}"
+    );
+    ensure_localdns_present(node, "kube1")?;
+    node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
+    ensure_sleeper_survived(node, "lifecycle-sleeper", sleeper, "while LocalDNS was turned on")?;
+    a_cluster_first_pod_resolves_the_kubernetes_service_through(node, CLUSTER_LISTENER)
+}
+
+/// The link with both /32s, the NOTRACK table, the network unit active, the machine resolving
+/// through the node listener.
+fn ensure_localdns_present(node: &JoinedNode, machine: &str) -> anyhow::Result<()> {
+    let link = read_link(&node.vm, LINK)?.context("the localdns link is missing")?;
+    let want: std::collections::BTreeSet<String> = [NODE_LISTENER, CLUSTER_LISTENER]
+        .iter()
+        .map(|ip| format!("{ip}/32"))
+        .collect();
+    ensure!(
+        link.kind.as_deref() == Some("dummy") && link.is_up() && link.ipv4 == want,
+        "the localdns link is not a dummy, up, with exactly {want:?}: {link:?}"
+    );
+    let tables = read_nft_tables(&node.vm)?;
+    ensure!(
+        tables.contains(&format!("{NFT_FAMILY} {NFT_TABLE}")),
+        "the NOTRACK table is missing: {tables:?}"
+    );
+    let unit = unit_properties(&node.vm, None, NETWORK_UNIT, &["ActiveState"])?;
+    ensure!(
+        unit.get("ActiveState").map(String::as_str) == Some("active"),
+        "{NETWORK_UNIT} is not active: {unit:?}"
+    );
+    let resolv = ResolvConf::parse(&machine_resolv_conf(&node.vm, machine)?);
+    ensure!(
+        resolv.nameservers() == [NODE_LISTENER.to_string()],
+        "the machine's resolver is not the node listener: {:?}",
+        resolv.lines()
+    );
+    Ok(())
+}
+
+/// The VM itself reboots: with no agent run, the network unit brings back link and table, the
+/// machine starts from `machines.target`, LocalDNS is ready before kubelet, the Node is Ready.
+fn host_reboot(node: &mut JoinedNode) -> anyhow::Result<()> {
+    let name = node.deployed.name.clone();
+    let old = node_boot_id(node)?;
+    node.vm.reboot().context("rebooting the VM")?;
+    let new = wait_new_boot_id(node, &old)?;
+    eprintln!("==> host reboot: the Node's bootID {old} -> {new}");
+    node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
+    ensure_localdns_present(node, "kube1")?;
+    ensure_localdns_ready_before_kubelet(&node.vm, "kube1")?;
+    a_cluster_first_pod_resolves_the_kubernetes_service_through(node, CLUSTER_LISTENER)
+}
+
+/// `unbounded-agent repave` from `from` to `to`: the Node keeps its name and is Ready, the
+/// machine runs in `to`, nothing of `from` is left, LocalDNS is wired for `to`.
+fn repave(node: &mut JoinedNode, from: &str, to: &str) -> anyhow::Result<()> {
+    let name = node.deployed.name.clone();
+    let old = node_boot_id(node)?;
+    let out = agent(node, "repave")?;
+    for phase in [
+        "preparing",
+        "switching",
+        "starting",
+        "verifying",
+        "committed",
+        "cleaning",
+    ] {
+        ensure!(
+            out.contains(&format!("repave: step {phase}")),
+            "repave skipped {phase}:\n{out}"
+        );
+    }
+    ensure!(node.machine()? == to, "after the repave the machine is not {to}");
+    wait_new_boot_id(node, &old)?;
+    node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
+    let left = existing_paths(
+        &node.vm,
+        &[
+            format!("/var/lib/machines/{from}"),
+            format!("/etc/systemd/nspawn/{from}.nspawn"),
+            format!("/etc/systemd/system/systemd-nspawn@{from}.service.d"),
+            format!("/etc/unbounded/agent/{from}-applied-config.json"),
+            "/etc/unbounded/agent/repave-state.json".into(),
+        ],
+    )?;
+    ensure!(left.is_empty(), "the repave to {to} left {left:?}");
+    ensure_localdns_present(node, to)?;
+    ensure_localdns_ready_before_kubelet(&node.vm, to)?;
+    a_cluster_first_pod_resolves_the_kubernetes_service_through(node, CLUSTER_LISTENER)
+}
+
+/// `reset` returns the host to the listing taken before `start`, also after a reboot; `start`
+/// then joins the node again.
+fn reset_and_start_again(node: &mut JoinedNode, before: &HostListing) -> anyhow::Result<()> {
+    let dry = agent(node, "reset --dry-run")?;
+    ensure!(
+        dry.contains("would remove /var/lib/machines/kube1"),
+        "the dry run does not name the machine:\n{dry}"
+    );
+    agent(node, "reset")?;
+    HostListing::take(&node.vm)?
+        .without_the_deployed_config()
+        .ensure_same_as(before, "after reset")?;
+    let again = agent(node, "reset")?;
+    ensure!(
+        again.contains("nothing of the agent's was on this host"),
+        "a second reset found something:\n{again}"
+    );
+    node.vm.reboot().context("rebooting the VM after reset")?;
+    HostListing::take(&node.vm)?
+        .without_the_deployed_config()
+        .ensure_same_as(before, "after reset and a reboot")?;
+    let name = node.deployed.name.clone();
+    agent(node, &format!("start --config {CONFIG}"))?;
+    node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
+    a_cluster_first_pod_resolves_the_kubernetes_service_through(node, CLUSTER_LISTENER)
+}
