@@ -38,6 +38,7 @@ fn a_node_reboots_turns_localdns_off_and_on_in_place_and_survives_a_host_reboot(
         let sleeper = start_sleeper(node, "lifecycle-sleeper")?;
 
         managed_reboot(node)?;
+        a_rebuilt_agent_restarts_localdns_and_an_unchanged_one_does_not(node)?;
         localdns_off_in_place(node, &sleeper)?;
         localdns_on_in_place(node, &sleeper)?;
         host_reboot(node)
@@ -78,6 +79,46 @@ fn managed_reboot(node: &mut JoinedNode) -> anyhow::Result<()> {
     node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
     ensure_localdns_ready_before_kubelet(&node.vm, "kube1")?;
     a_cluster_first_pod_resolves_the_kubernetes_service_through(node, CLUSTER_LISTENER)
+}
+
+/// `start` by an agent binary with other bytes replaces the supervisor in the machine and
+/// restarts `localdns.service` (a new invocation); `start` again by the same binary leaves it be.
+fn a_rebuilt_agent_restarts_localdns_and_an_unchanged_one_does_not(node: &mut JoinedNode) -> anyhow::Result<()> {
+    let invocation = |node: &JoinedNode| -> anyhow::Result<String> {
+        let props = unit_properties(&node.vm, Some("kube1"), "localdns.service", &["InvocationID"])?;
+        props
+            .get("InvocationID")
+            .filter(|v| !v.is_empty())
+            .cloned()
+            .context("localdns.service has no InvocationID")
+    };
+    let rebuilt = "/usr/local/bin/unbounded-agent-rebuilt";
+    // One more byte after the ELF image: the same program, another digest.
+    node.vm.run(&format!(
+        "cp {} {rebuilt} && printf '\\0' >> {rebuilt}",
+        node.deployed.guest_agent
+    ))?;
+    let start = format!("start --config {CONFIG}");
+    let first = invocation(node)?;
+    let out = node.vm.cmd(&format!("{rebuilt} {start} 2>&1")).timeout(node.deadline(5)).run()?;
+    let text = out.stdout_text();
+    ensure!(
+        text.contains("replaced the LocalDNS supervisor"),
+        "a rebuilt agent's start did not replace the supervisor:\n{text}"
+    );
+    let second = invocation(node)?;
+    ensure!(second != first, "localdns.service was not restarted ({first})");
+    let text = node.vm.cmd(&format!("{rebuilt} {start} 2>&1")).timeout(node.deadline(5)).run()?.stdout_text();
+    ensure!(text.contains("nothing changed"), "the same agent's second start changed something:\n{text}");
+    ensure!(
+        invocation(node)? == second,
+        "an unchanged agent restarted localdns.service"
+    );
+    // Back to the deployed agent (its supervisor again), and away with the other binary.
+    agent(node, &start)?;
+    node.vm.run(&format!("rm {rebuilt}"))?;
+    eprintln!("==> a rebuilt agent restarted localdns.service once; an unchanged one left it alone");
+    Ok(())
 }
 
 fn cluster_dns(node: &JoinedNode) -> anyhow::Result<Ipv4Addr> {

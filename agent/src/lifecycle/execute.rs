@@ -344,6 +344,16 @@ impl<'a> Executor<'a> {
             node::containerd(&runner, self.waits)?;
             node::kubelet(&runner, self.waits)?;
         }
+        // A rebuilt agent brings a new supervisor: replace it and restart LocalDNS on it (an
+        // unchanged agent leaves both alone).
+        if config.local_dns.is_some()
+            && rootfs::install_supervisor(&under(&self.root, &self.slot.rootfs()))?
+        {
+            runner.run(&["systemctl", "restart", "localdns.service"])?;
+            node::localdns_ready(config, self.waits, self.progress)?;
+            self.line("the agent changed: replaced the LocalDNS supervisor and restarted localdns.service");
+            return Ok(());
+        }
         self.line(&format!(
             "node in machine {} already started with this config; nothing changed",
             self.slot

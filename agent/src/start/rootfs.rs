@@ -86,7 +86,7 @@ fn install_kubernetes_binary(
 
 /// Copies the running agent into the machine as the LocalDNS supervisor (see
 /// [`supervisor_entry`]) unless the same bytes are there.
-fn install_supervisor(rootfs: &Path) -> Result<bool, StartError> {
+pub fn install_supervisor(rootfs: &Path) -> Result<bool, StartError> {
     let me = std::env::current_exe().map_err(|source| StartError::Io {
         action: "find the running agent binary",
         path: "/proc/self/exe".into(),
