@@ -40,6 +40,51 @@ pub fn agent(node: &JoinedNode, args: &str) -> anyhow::Result<String> {
     Ok(text)
 }
 
+/// Starts `unbounded-agent <args>` in the background on the node, waits until `file` on the node
+/// contains `marker` (the step the run must be in), then kills the agent with SIGKILL. Returns
+/// what the killed run had printed.
+pub fn kill_agent_in(node: &JoinedNode, args: &str, file: &str, marker: &str) -> anyhow::Result<String> {
+    let log = "/var/log/unbounded-lab/killed-run.log";
+    node.vm.run(&format!(
+        "rm -f {log}; (setsid {} {args} >{log} 2>&1 &)",
+        node.deployed.guest_agent
+    ))?;
+    let deadline = Instant::now() + node.deadline(5);
+    loop {
+        let seen = node
+            .vm
+            .run_unchecked(&format!("cat {file} 2>/dev/null"))?
+            .stdout_text();
+        if seen.contains(marker) {
+            break;
+        }
+        let printed = node.vm.run_unchecked(&format!("cat {log}"))?.stdout_text();
+        ensure!(
+            Instant::now() < deadline,
+            "`unbounded-agent {args}` never reached {marker:?} in {file}; it printed:\n{printed}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    // Anchored, so the shell running pkill (whose command line holds the pattern) is spared.
+    node.vm
+        .run(&format!("pkill -KILL -f '^{} {args}'", node.deployed.guest_agent))?;
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let alive = node
+        .vm
+        .run_unchecked(&format!("pgrep -f '^{} {args}'", node.deployed.guest_agent))?
+        .stdout_text();
+    ensure!(
+        alive.trim().is_empty(),
+        "the agent survived SIGKILL: pids {alive}"
+    );
+    let printed = node.vm.run(&format!("cat {log}"))?;
+    eprintln!(
+        "==> killed `unbounded-agent {args}` at {marker:?}; it had printed:\n{}",
+        printed.lines().rev().take(3).collect::<Vec<_>>().join("\n")
+    );
+    Ok(printed)
+}
+
 /// The Node's `status.nodeInfo.bootID` (kubelet reports the machine's boot id).
 pub fn node_boot_id(node: &JoinedNode) -> anyhow::Result<String> {
     let name = &node.deployed.name;

@@ -17,8 +17,8 @@ use scenarios::host_state::{
     read_nft_tables, unit_properties,
 };
 use scenarios::lifecycle::{
-    HostListing, agent, ensure_localdns_ready_before_kubelet, ensure_sleeper_survived, node_boot_id,
-    start_sleeper, wait_new_boot_id,
+    HostListing, agent, ensure_localdns_ready_before_kubelet, ensure_sleeper_survived, kill_agent_in,
+    node_boot_id, start_sleeper, wait_new_boot_id,
 };
 use scenarios::node::JoinedNode;
 use scenarios::pod_dns::a_cluster_first_pod_resolves_the_kubernetes_service_through;
@@ -57,7 +57,7 @@ fn a_node_repaves_to_kube2_and_back_and_reset_leaves_the_host_as_before_start() 
         |node| {
             let before = before.borrow().clone().context("no listing before start")?;
             repave(node, "kube1", "kube2")?;
-            repave(node, "kube2", "kube1")?;
+            repave_killed_while_starting_then_run_again(node, "kube2", "kube1")?;
             reset_and_start_again(node, &before)
         },
     )
@@ -83,7 +83,9 @@ fn managed_reboot(node: &mut JoinedNode) -> anyhow::Result<()> {
 
 /// `start` by an agent binary with other bytes replaces the supervisor in the machine and
 /// restarts `localdns.service` (a new invocation); `start` again by the same binary leaves it be.
-fn a_rebuilt_agent_restarts_localdns_and_an_unchanged_one_does_not(node: &mut JoinedNode) -> anyhow::Result<()> {
+fn a_rebuilt_agent_restarts_localdns_and_an_unchanged_one_does_not(
+    node: &mut JoinedNode,
+) -> anyhow::Result<()> {
     let invocation = |node: &JoinedNode| -> anyhow::Result<String> {
         let props = unit_properties(&node.vm, Some("kube1"), "localdns.service", &["InvocationID"])?;
         props
@@ -100,7 +102,11 @@ fn a_rebuilt_agent_restarts_localdns_and_an_unchanged_one_does_not(node: &mut Jo
     ))?;
     let start = format!("start --config {CONFIG}");
     let first = invocation(node)?;
-    let out = node.vm.cmd(&format!("{rebuilt} {start} 2>&1")).timeout(node.deadline(5)).run()?;
+    let out = node
+        .vm
+        .cmd(&format!("{rebuilt} {start} 2>&1"))
+        .timeout(node.deadline(5))
+        .run()?;
     let text = out.stdout_text();
     ensure!(
         text.contains("replaced the LocalDNS supervisor"),
@@ -108,8 +114,16 @@ fn a_rebuilt_agent_restarts_localdns_and_an_unchanged_one_does_not(node: &mut Jo
     );
     let second = invocation(node)?;
     ensure!(second != first, "localdns.service was not restarted ({first})");
-    let text = node.vm.cmd(&format!("{rebuilt} {start} 2>&1")).timeout(node.deadline(5)).run()?.stdout_text();
-    ensure!(text.contains("nothing changed"), "the same agent's second start changed something:\n{text}");
+    let text = node
+        .vm
+        .cmd(&format!("{rebuilt} {start} 2>&1"))
+        .timeout(node.deadline(5))
+        .run()?
+        .stdout_text();
+    ensure!(
+        text.contains("nothing changed"),
+        "the same agent's second start changed something:\n{text}"
+    );
     ensure!(
         invocation(node)? == second,
         "an unchanged agent restarted localdns.service"
@@ -237,7 +251,6 @@ fn host_reboot(node: &mut JoinedNode) -> anyhow::Result<()> {
 /// `unbounded-agent repave` from `from` to `to`: the Node keeps its name and is Ready, the
 /// machine runs in `to`, nothing of `from` is left, LocalDNS is wired for `to`.
 fn repave(node: &mut JoinedNode, from: &str, to: &str) -> anyhow::Result<()> {
-    let name = node.deployed.name.clone();
     let old = node_boot_id(node)?;
     let out = agent(node, "repave")?;
     for phase in [
@@ -253,8 +266,37 @@ fn repave(node: &mut JoinedNode, from: &str, to: &str) -> anyhow::Result<()> {
             "repave skipped {phase}:\n{out}"
         );
     }
+    ensure_repaved(node, from, to, &old)
+}
+
+/// A repave killed with SIGKILL while its target starts (after the source stopped), then run
+/// again: the second run re-enters `starting` and finishes; the node ends in `to` only.
+fn repave_killed_while_starting_then_run_again(
+    node: &mut JoinedNode,
+    from: &str,
+    to: &str,
+) -> anyhow::Result<()> {
+    let old = node_boot_id(node)?;
+    kill_agent_in(
+        node,
+        "repave",
+        "/etc/unbounded/agent/repave-state.json",
+        "\"phase\": \"starting\"",
+    )?;
+    let out = agent(node, "repave")?;
+    ensure!(
+        out.contains("repave: steps starting → verifying → committed → cleaning → finish-repave"),
+        "the second repave did not resume at starting:\n{out}"
+    );
+    ensure_repaved(node, from, to, &old)
+}
+
+/// After a repave from `from` to `to`: the Node keeps its name and is Ready with a new bootID, the
+/// machine runs in `to`, nothing of `from` is left, LocalDNS is wired for `to`.
+fn ensure_repaved(node: &mut JoinedNode, from: &str, to: &str, old: &str) -> anyhow::Result<()> {
+    let name = node.deployed.name.clone();
     ensure!(node.machine()? == to, "after the repave the machine is not {to}");
-    wait_new_boot_id(node, &old)?;
+    wait_new_boot_id(node, old)?;
     node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
     let left = existing_paths(
         &node.vm,
@@ -293,6 +335,17 @@ fn reset_and_start_again(node: &mut JoinedNode, before: &HostListing) -> anyhow:
     HostListing::take(&node.vm)?
         .without_the_deployed_config()
         .ensure_same_as(before, "after reset and a reboot")?;
+    // A half-started host: `start` killed while the machine comes up, then reset.
+    kill_agent_in(
+        node,
+        &format!("start --config {CONFIG}"),
+        "/var/lib/unbounded/agent/install-state.json",
+        "\"starting-node\"",
+    )?;
+    agent(node, "reset")?;
+    HostListing::take(&node.vm)?
+        .without_the_deployed_config()
+        .ensure_same_as(before, "after a reset of a half-started node")?;
     let name = node.deployed.name.clone();
     agent(node, &format!("start --config {CONFIG}"))?;
     node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
