@@ -58,46 +58,34 @@ fn base_chain(name: &str, hook: &str) -> Chain {
     }
 }
 
-/// `ip <dir>addr <ip> <proto> <dir>port 53 notrack comment "..."` as nft lists it.
-fn notrack_rule(
-    chain: &str,
-    addr_field: &str,
-    ip: std::net::Ipv4Addr,
-    proto: &str,
-    port_field: &str,
-) -> Rule {
+/// One rule of [`crate::render::host::notrack_rules_for`] (the one list both the script and this
+/// model come from) as `nft -j` lists it: `ip <dir>addr <ip> <proto> <dir>port 53 notrack comment
+/// "..."`.
+fn listed(rule: &crate::render::host::NotrackRule) -> Rule {
+    let (addr_field, port_field) = if rule.reply {
+        ("saddr", "sport")
+    } else {
+        ("daddr", "dport")
+    };
     let expr = json!([
-        {"match": {"op": "==", "left": {"payload": {"protocol": "ip", "field": addr_field}}, "right": ip.to_string()}},
-        {"match": {"op": "==", "left": {"payload": {"protocol": proto, "field": port_field}}, "right": 53}},
+        {"match": {"op": "==", "left": {"payload": {"protocol": "ip", "field": addr_field}}, "right": rule.listener.to_string()}},
+        {"match": {"op": "==", "left": {"payload": {"protocol": rule.protocol, "field": port_field}}, "right": 53}},
         {"notrack": null}
     ]);
     Rule {
-        chain: chain.into(),
+        chain: rule.chain.into(),
         expr: expr.to_string(),
         comment: Some(RULE_COMMENT.into()),
     }
 }
 
-/// The table spec §6 asks for: two raw-priority base chains, 8 request rules, and with
-/// `notrack_replies` 4 reply rules in `output`.
+/// The table docs/design.md §6 asks for: two raw-priority base chains, 8 request rules, and with
+/// `notrack_replies` 4 reply rules in `output` — the same rules the `.nft` script is written from.
 pub fn desired(spec: &NetworkSpec) -> NftModel {
-    let mut rules = Vec::new();
-    for chain in ["prerouting", "output"] {
-        for ip in spec.listeners() {
-            for proto in ["tcp", "udp"] {
-                // ip daddr <L> <proto> dport 53 notrack comment "unbounded-localdns: skip conntrack"
-                rules.push(notrack_rule(chain, "daddr", ip, proto, "dport"));
-            }
-        }
-    }
-    if spec.notrack_replies {
-        for ip in spec.listeners() {
-            for proto in ["tcp", "udp"] {
-                // ip saddr <L> <proto> sport 53 notrack comment "unbounded-localdns: skip conntrack"
-                rules.push(notrack_rule("output", "saddr", ip, proto, "sport"));
-            }
-        }
-    }
+    let rules = crate::render::host::notrack_rules_for(spec.listeners(), spec.notrack_replies)
+        .iter()
+        .map(listed)
+        .collect();
     NftModel {
         chains: vec![
             base_chain("prerouting", "prerouting"),
