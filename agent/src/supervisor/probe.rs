@@ -1,16 +1,24 @@
-//! Health probes of one listener: `GET http://<L>:<ready port>/ready` == `OK` (a plain HTTP/1.1
-//! request on a TCP socket: no proxy can ever be involved) and a UDP DNS query answered NOERROR.
+//! Health probes of one listener: `GET http://<L>:<ready port>/ready` answers 200 with body `OK`
+//! (hyper's HTTP/1 client on a direct TCP connection: it never consults a proxy) and a UDP DNS
+//! query answered NOERROR.
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::Duration;
 
 use hickory_proto::op::{Message, MessageType, Query, ResponseCode};
 use hickory_proto::rr::{Name, RecordType};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpStream, UdpSocket};
+use http_body_util::{BodyExt, Empty, Limited};
+use hyper::body::Bytes;
+use hyper::{Request, StatusCode, header};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use tokio::net::UdpSocket;
 
 use super::Settings;
 use super::settings::DNS_PORT;
+
+/// The most of a `/ready` body that is read (CoreDNS answers `OK`).
+const READY_BODY_LIMIT: usize = 4096;
 
 /// A probe that did not pass, naming what was probed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -31,47 +39,45 @@ async fn within<T>(timeout: Duration, fut: impl Future<Output = Result<T, String
         .map_err(|_| format!("no answer within {timeout:?}"))?
 }
 
-/// The body of an HTTP/1.1 response if its status is 200 (handles `Transfer-Encoding: chunked`).
-fn body_of_ok_response(raw: &[u8]) -> Result<String, String> {
-    let text = String::from_utf8_lossy(raw);
-    let (head, body) = text.split_once("\r\n\r\n").ok_or("incomplete HTTP response")?;
-    let status = head.lines().next().unwrap_or("");
-    if status.split_whitespace().nth(1) != Some("200") {
-        return Err(format!("status line {status:?}"));
+/// An error with its causes, `a: b: c` (hyper's own messages are terse).
+fn with_causes(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(&format!(": {cause}"));
+        source = cause.source();
     }
-    let chunked = head.lines().any(|l| {
-        let l = l.to_ascii_lowercase();
-        l.starts_with("transfer-encoding:") && l.contains("chunked")
-    });
-    if !chunked {
-        return Ok(body.to_owned());
-    }
-    let mut out = String::new();
-    let mut rest = body;
-    loop {
-        let (size, after) = rest.split_once("\r\n").ok_or("truncated chunk")?;
-        let size = usize::from_str_radix(size.split(';').next().unwrap_or("").trim(), 16)
-            .map_err(|_| format!("bad chunk size {size:?}"))?;
-        if size == 0 {
-            return Ok(out);
-        }
-        let chunk = after.get(..size).ok_or("truncated chunk")?;
-        out.push_str(chunk);
-        rest = after.get(size..).unwrap_or("").trim_start_matches("\r\n");
-    }
+    text
 }
 
-/// `GET /ready` on `<ip>:<port>` answers 200 with body `OK`.
+/// `GET /ready` on `<ip>:<port>` answers 200 with body `OK`, all within `timeout`. One new
+/// connection per probe (no pooled connection outlives it).
 pub async fn ready(ip: Ipv4Addr, port: u16, timeout: Duration) -> Result<(), ProbeError> {
     let target = SocketAddrV4::new(ip, port);
     within(timeout, async {
-        let mut stream = TcpStream::connect(target).await.map_err(|e| format!("connect: {e}"))?;
-        let request = format!("GET /ready HTTP/1.1\r\nHost: {target}\r\nConnection: close\r\nUser-Agent: unbounded-localdns-supervisor\r\n\r\n");
-        stream.write_all(request.as_bytes()).await.map_err(|e| format!("send: {e}"))?;
-        let mut raw = Vec::new();
-        stream.read_to_end(&mut raw).await.map_err(|e| format!("read: {e}"))?;
-        let body = body_of_ok_response(&raw)?;
-        if body.trim() == "OK" { Ok(()) } else { Err(format!("body {body:?}, not \"OK\"")) }
+        let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(0)
+            .build_http();
+        let request = Request::get(format!("http://{target}/ready"))
+            .header(header::USER_AGENT, "unbounded-localdns-supervisor")
+            .body(Empty::new())
+            .map_err(|e| format!("request: {e}"))?;
+        let response = client.request(request).await.map_err(|e| with_causes(&e))?;
+        let status = response.status();
+        if status != StatusCode::OK {
+            return Err(format!("status {status}, not 200"));
+        }
+        let body = Limited::new(response.into_body(), READY_BODY_LIMIT)
+            .collect()
+            .await
+            .map_err(|e| format!("body: {}", with_causes(e.as_ref())))?
+            .to_bytes();
+        let body = String::from_utf8_lossy(&body);
+        if body.trim() == "OK" {
+            Ok(())
+        } else {
+            Err(format!("body {body:?}, not \"OK\""))
+        }
     })
     .await
     .map_err(|reason| ProbeError::Ready { target, reason })
@@ -135,24 +141,120 @@ pub async fn check(settings: &Settings) -> Result<(), Vec<ProbeError>> {
 
 #[cfg(test)]
 mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+    use tokio::task::JoinHandle;
+
     use super::*;
 
-    #[test]
-    fn plain_ok_response_gives_its_body() {
-        let raw = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: text/plain\r\n\r\nOK";
-        assert_eq!(body_of_ok_response(raw).unwrap(), "OK");
+    /// A real HTTP server on 127.0.0.1: one connection, answered with `response` byte for byte.
+    /// Gives its port and the request it read (up to the blank line).
+    async fn answering(response: &'static [u8]) -> (u16, JoinHandle<String>) {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut request = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !request.ends_with(b"\r\n\r\n") {
+                let n = stream.read(&mut buf).await.unwrap();
+                assert!(n > 0, "the client closed before a whole request");
+                request.extend_from_slice(&buf[..n]);
+            }
+            stream.write_all(response).await.unwrap();
+            stream.shutdown().await.unwrap();
+            String::from_utf8(request).unwrap()
+        });
+        (port, server)
     }
 
-    #[test]
-    fn chunked_response_is_decoded() {
-        let raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nOK\r\n0\r\n\r\n";
-        assert_eq!(body_of_ok_response(raw).unwrap(), "OK");
+    /// `ready` against a server answering `response`: the result, the request it sent, the port.
+    async fn probe(response: &'static [u8]) -> (Result<(), ProbeError>, String, u16) {
+        let (port, server) = answering(response).await;
+        let result = ready(Ipv4Addr::LOCALHOST, port, Duration::from_secs(5)).await;
+        (result, server.await.unwrap(), port)
     }
 
-    #[test]
-    fn non_200_status_is_an_error_naming_it() {
-        let raw = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\n\r\nnope";
-        assert!(body_of_ok_response(raw).unwrap_err().contains("503"));
+    #[tokio::test(flavor = "current_thread")]
+    async fn ok_answer_passes_and_the_request_is_get_ready() {
+        let (result, request, port) =
+            probe(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: text/plain\r\n\r\nOK").await;
+        result.unwrap();
+        let mut lines = request.lines();
+        assert_eq!(lines.next(), Some("GET /ready HTTP/1.1"), "{request}");
+        let host = format!("host: 127.0.0.1:{port}");
+        assert!(lines.any(|l| l.eq_ignore_ascii_case(&host)), "{request}");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn chunked_ok_answer_passes() {
+        let (result, ..) =
+            probe(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nO\r\n1\r\nK\r\n0\r\n\r\n")
+                .await;
+        result.unwrap();
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn non_200_status_fails_naming_it() {
+        let (result, ..) = probe(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 2\r\n\r\nOK").await;
+        let err = result.unwrap_err();
+        assert!(
+            matches!(err, ProbeError::Ready { .. }) && err.to_string().contains("503"),
+            "{err}"
+        );
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn other_body_than_ok_fails_naming_it() {
+        let (result, ..) = probe(b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nnot yet\n").await;
+        let err = result.unwrap_err().to_string();
+        assert!(err.contains("not yet"), "{err}");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn malformed_answer_fails() {
+        let (result, ..) = probe(b"SSH-2.0-OpenSSH_9.2\r\n\r\n").await;
+        assert!(matches!(result, Err(ProbeError::Ready { .. })), "{result:?}");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn silent_server_fails_within_the_timeout() {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let started = std::time::Instant::now();
+        let err = ready(Ipv4Addr::LOCALHOST, port, Duration::from_millis(300))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("no answer within"), "{err}");
+        assert!(started.elapsed() < Duration::from_secs(2));
+        drop(listener);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_probe_that_timed_out_closes_its_connection() {
+        // The server reads the request, never answers, and waits for the client to hang up.
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut buf = [0u8; 1024];
+            loop {
+                match stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+            }
+        });
+        let err = ready(Ipv4Addr::LOCALHOST, port, Duration::from_millis(300))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("no answer within"), "{err}");
+        tokio::time::timeout(Duration::from_secs(5), server)
+            .await
+            .expect("the probe's connection is still open 5 s after it gave up")
+            .unwrap();
     }
 
     #[tokio::test(flavor = "current_thread")]

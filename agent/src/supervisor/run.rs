@@ -109,6 +109,17 @@ async fn stop_coredns(child: &mut Child) -> Result<(), SuperviseError> {
 pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
     let mut term = signal(SignalKind::terminate()).map_err(SuperviseError::Signals)?;
     let mut int = signal(SignalKind::interrupt()).map_err(SuperviseError::Signals)?;
+    if settings.watchdog_enabled {
+        tracing::info!(
+            "systemd watchdog on: a health check every {:?}, WATCHDOG=1 after each that passes",
+            settings.check_interval
+        );
+    } else {
+        tracing::info!(
+            "no systemd watchdog for this process: a health check every {:?}",
+            settings.check_interval
+        );
+    }
     let mut child = start_coredns(settings)?;
 
     // Start: poll until both listeners pass, within the start timeout.

@@ -35,7 +35,8 @@ pub struct Settings {
     pub start_timeout: Duration,
     /// WatchdogSec/5 from `WATCHDOG_USEC` (default 60 s → 12 s).
     pub check_interval: Duration,
-    /// `WATCHDOG_USEC` was set: systemd expects `WATCHDOG=1`.
+    /// `WATCHDOG_USEC` was set for this process (`WATCHDOG_PID` unset or ours): systemd expects
+    /// `WATCHDOG=1`.
     pub watchdog_enabled: bool,
     /// The failure rule (`LOCALDNS_FAILURE_WINDOW_SECS`, `LOCALDNS_FAILURE_THRESHOLD`; 600 s, 10).
     pub failure_window: Duration,
@@ -61,7 +62,12 @@ fn parse<T: std::str::FromStr>(
 
 impl Settings {
     /// Reads the settings through `var` (the process environment in production, a map in tests).
-    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Settings, SettingsError> {
+    /// `watchdog` is systemd's watchdog interval for this process as [`sd_notify::watchdog_enabled`]
+    /// reads it: `WATCHDOG_USEC`, unless `WATCHDOG_PID` names another process.
+    pub fn from_vars(
+        var: impl Fn(&str) -> Option<String>,
+        watchdog: Option<Duration>,
+    ) -> Result<Settings, SettingsError> {
         let required = |name: &'static str| {
             var(name)
                 .filter(|v| !v.trim().is_empty())
@@ -101,19 +107,20 @@ impl Settings {
             Some(v) => Duration::from_secs(parse("LOCALDNS_START_TIMEOUT_SECS", &v, "a number of seconds")?),
             None => Duration::from_secs(60),
         };
-        let (watchdog, watchdog_enabled) = match var("WATCHDOG_USEC") {
-            Some(v) => {
-                let usec: u64 = parse("WATCHDOG_USEC", &v, "a number of microseconds")?;
-                if usec == 0 {
-                    return Err(SettingsError::Invalid {
-                        name: "WATCHDOG_USEC",
-                        value: v,
-                        expected: "positive",
-                    });
-                }
-                (Duration::from_micros(usec), true)
+        // A set WATCHDOG_USEC must be a positive number, whichever process it is meant for.
+        if let Some(v) = var("WATCHDOG_USEC") {
+            let usec: u64 = parse("WATCHDOG_USEC", &v, "a number of microseconds")?;
+            if usec == 0 {
+                return Err(SettingsError::Invalid {
+                    name: "WATCHDOG_USEC",
+                    value: v,
+                    expected: "positive",
+                });
             }
-            None => (DEFAULT_WATCHDOG, false),
+        }
+        let (watchdog, watchdog_enabled) = match watchdog {
+            Some(interval) if !interval.is_zero() => (interval, true),
+            _ => (DEFAULT_WATCHDOG, false),
         };
         let failure_window = match var("LOCALDNS_FAILURE_WINDOW_SECS") {
             Some(v) => Duration::from_secs(parse("LOCALDNS_FAILURE_WINDOW_SECS", &v, "a number of seconds")?),
@@ -141,7 +148,7 @@ impl Settings {
 
     /// Reads the settings from the process environment.
     pub fn from_env() -> Result<Settings, SettingsError> {
-        Settings::from_vars(|name| std::env::var(name).ok())
+        Settings::from_vars(|name| std::env::var(name).ok(), sd_notify::watchdog_enabled())
     }
 
     pub fn listeners(&self) -> [Ipv4Addr; 2] {
@@ -180,7 +187,7 @@ mod tests {
     }
 
     fn read(map: &HashMap<String, String>) -> Result<Settings, SettingsError> {
-        Settings::from_vars(|k| map.get(k).cloned())
+        Settings::from_vars(|k| map.get(k).cloned(), None)
     }
 
     #[test]
@@ -200,10 +207,30 @@ mod tests {
     }
 
     #[test]
-    fn watchdog_usec_sets_the_tick_to_a_fifth() {
-        let s = read(&env(&[("WATCHDOG_USEC", "30000000")])).unwrap();
+    fn watchdog_sets_the_tick_to_a_fifth() {
+        let map = env(&[("WATCHDOG_USEC", "30000000")]);
+        let s = Settings::from_vars(|k| map.get(k).cloned(), Some(Duration::from_secs(30))).unwrap();
         assert_eq!(s.check_interval, Duration::from_secs(6));
         assert!(s.watchdog_enabled);
+    }
+
+    #[test]
+    fn watchdog_usec_for_another_process_keeps_the_default_tick() {
+        // sd_notify::watchdog_enabled() gives None when WATCHDOG_PID names another process.
+        let s = read(&env(&[("WATCHDOG_USEC", "30000000"), ("WATCHDOG_PID", "1")])).unwrap();
+        assert_eq!(s.check_interval, Duration::from_secs(12));
+        assert!(!s.watchdog_enabled);
+    }
+
+    #[rstest::rstest]
+    #[case("soon", "a number of microseconds")]
+    #[case("0", "positive")]
+    fn malformed_watchdog_usec_is_named_with_its_value(#[case] value: &str, #[case] expected: &str) {
+        let err = read(&env(&[("WATCHDOG_USEC", value)])).unwrap_err().to_string();
+        assert!(
+            err.contains("WATCHDOG_USEC") && err.contains(&format!("{value:?}")) && err.contains(expected),
+            "{err}"
+        );
     }
 
     #[test]

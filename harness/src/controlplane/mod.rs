@@ -5,7 +5,8 @@
 //!   certificates, service-account keys, the front-proxy CA and client, and the
 //!   kubeconfigs of the admin, kube-controller-manager, kube-scheduler and a
 //!   bootstrapping kubelet, written into one directory (keys 0600);
-//! * [`kubeconfig`]: a kubeconfig (YAML) naming one cluster, one user, one context;
+//! * [`kubeconfig`]: a kubeconfig (kube's type, written as YAML) naming one cluster, one user, one
+//!   context, and a copy naming another server;
 //! * [`bootstrap`]: a bootstrap token, its Secret and the bootstrap RBAC kubeadm creates;
 //! * [`plane`]: the [`ControlPlane`] trait and its inputs; [`local`]: the process-based
 //!   implementation ([`ProcessControlPlane`]); [`flags`], [`cluster_dns`]: the components'

@@ -31,7 +31,7 @@ use time::{Duration, OffsetDateTime};
 use super::bootstrap::{
     BootstrapToken, COREDNS_USER, NotAToken, coredns_rbac_manifests, rbac_manifests, to_yaml_stream,
 };
-use super::kubeconfig::{Credentials, Kubeconfig};
+use super::kubeconfig::{self, Credentials, KubeconfigSpec};
 use crate::lab::addr::{API_SERVER_PORT, LabAddrs};
 
 /// The `kubernetes` Service's address: the first address of the service CIDR `10.96.0.0/12`.
@@ -110,6 +110,18 @@ pub enum PkiError {
         path: PathBuf,
         #[source]
         source: std::io::Error,
+    },
+    #[error("reading kubeconfig {path}: {source}")]
+    KubeconfigRead {
+        path: PathBuf,
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    #[error("kubeconfig {path}: {source}")]
+    KubeconfigServer {
+        path: PathBuf,
+        #[source]
+        source: kubeconfig::ServerError,
     },
     #[error("{path}: {source}")]
     Token {
@@ -269,14 +281,22 @@ impl Pki {
         path: &Path,
     ) -> Result<(), PkiError> {
         let source = self.file(name);
-        let text = fs::read_to_string(&source).map_err(io_err(&source))?;
-        let yaml_err = |source| PkiError::Yaml { what: name, source };
+        let config = kube::config::Kubeconfig::read_from(&source).map_err(|e| PkiError::KubeconfigRead {
+            path: source.clone(),
+            source: e,
+        })?;
+        let config = kubeconfig::with_server(config, server_url).map_err(|e| PkiError::KubeconfigServer {
+            path: source.clone(),
+            source: e,
+        })?;
+        let yaml = serde_yaml_ng::to_string(&config).map_err(|e| PkiError::Yaml {
+            what: name,
+            source: e,
+        })?;
         if path.exists() {
             fs::remove_file(path).map_err(io_err(path))?;
         }
-        let mut config: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).map_err(yaml_err)?;
-        config["clusters"][0]["cluster"]["server"] = server_url.into();
-        write_file(path, &serde_yaml_ng::to_string(&config).map_err(yaml_err)?, true)
+        write_file(path, &yaml, true)
     }
 }
 
@@ -314,7 +334,7 @@ fn generate_files(spec: &PkiSpec) -> Result<Files, PkiError> {
 
     let ca_pem = ca.pem();
     let kubeconfig = |user: &str, credentials: Credentials| {
-        Kubeconfig {
+        KubeconfigSpec {
             cluster: spec.cluster_name.clone(),
             server: spec.server_url.clone(),
             ca_pem: ca_pem.clone(),

@@ -317,13 +317,31 @@ fn admin_kubeconfig_for_another_server_keeps_the_credentials() {
     let path = tmp.path().join("host.conf");
     pki.write_admin_kubeconfig_for("https://127.0.0.1:16443", &path)
         .unwrap();
-    let host: serde_yaml_ng::Value = serde_yaml_ng::from_str(&fs::read_to_string(&path).unwrap()).unwrap();
-    let admin: serde_yaml_ng::Value =
+    let host: serde_json::Value = serde_yaml_ng::from_str(&fs::read_to_string(&path).unwrap()).unwrap();
+    let mut admin: serde_json::Value =
         serde_yaml_ng::from_str(&fs::read_to_string(pki.admin_kubeconfig()).unwrap()).unwrap();
     assert_eq!(
         host["clusters"][0]["cluster"]["server"].as_str(),
         Some("https://127.0.0.1:16443")
     );
-    assert_eq!(host["users"], admin["users"]);
+    // Everything else, credentials included, is the admin kubeconfig's.
+    admin["clusters"][0]["cluster"]["server"] = "https://127.0.0.1:16443".into();
+    assert_eq!(host, admin);
     assert_eq!(fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+}
+
+#[test]
+fn a_kubeconfig_that_does_not_parse_is_named_and_the_earlier_copy_is_kept() {
+    let (tmp, pki) = lab_pki();
+    let path = tmp.path().join("host.conf");
+    pki.write_admin_kubeconfig_for("https://127.0.0.1:16443", &path)
+        .unwrap();
+    let earlier = fs::read_to_string(&path).unwrap();
+    fs::write(pki.admin_kubeconfig(), "clusters: [oops\n").unwrap();
+    let err = pki
+        .write_admin_kubeconfig_for("https://127.0.0.1:26443", &path)
+        .unwrap_err();
+    assert!(matches!(err, PkiError::KubeconfigRead { .. }), "{err}");
+    assert!(err.to_string().contains("admin.conf"), "{err}");
+    assert_eq!(fs::read_to_string(&path).unwrap(), earlier);
 }
