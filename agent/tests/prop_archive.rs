@@ -567,9 +567,16 @@ proptest! {
     }
 }
 
-/// A member name without `./` in front and `/` behind.
-fn normalised(name: &str) -> &str {
-    name.trim_start_matches("./").trim_end_matches('/')
+/// A member name as the tree holds it: without `.` components and `/` in front or behind.
+fn normalised(name: &str) -> String {
+    let parts: Vec<String> = Path::new(name)
+        .components()
+        .filter_map(|c| match c {
+            std::path::Component::Normal(p) => Some(p.to_string_lossy().into_owned()),
+            _ => None,
+        })
+        .collect();
+    parts.join("/")
 }
 
 fn files_names(files: &[(String, Vec<u8>)]) -> Vec<String> {
