@@ -98,6 +98,10 @@ pub fn install(
         }
     })?;
     drop(download);
+    check_marker_dirs(tree.path()).map_err(|reason| ArtifactError::Archive {
+        archive: resolved.location.to_string(),
+        reason,
+    })?;
     let marker = tree.path().join(MARKER);
     crate::render::write::write_atomic(&marker, format!("{sha256}\n").as_bytes(), 0o644)
         .map_err(io_err("write", &marker))?;
@@ -115,6 +119,35 @@ pub fn install(
         fs::remove_dir_all(&old).map_err(io_err("remove the replaced rootfs", &old))?;
     }
     Ok((installed(sha256), true))
+}
+
+/// Checks that the marker's directories (`etc`, `etc/unbounded`) are absent or real directories
+/// of the unpacked tree: a member `etc` that is a symbolic link would send the marker (and every
+/// later write below it) out of the rootfs, a file there would leave it no room.
+fn check_marker_dirs(tree: &Path) -> Result<(), String> {
+    let mut dir = tree.to_path_buf();
+    let mut member = PathBuf::new();
+    for part in Path::new(MARKER).parent().into_iter().flat_map(Path::components) {
+        dir.push(part);
+        member.push(part);
+        let what = match fs::symlink_metadata(&dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => {
+                return Err(format!(
+                    "cannot inspect member {:?}: {e}",
+                    member.display().to_string()
+                ));
+            }
+            Ok(m) if m.is_dir() => continue,
+            Ok(m) if m.file_type().is_symlink() => "a symbolic link",
+            Ok(_) => "not a directory",
+        };
+        return Err(format!(
+            "member {:?} is {what}; a rootfs needs it to be a directory (the agent writes {MARKER})",
+            member.display().to_string()
+        ));
+    }
+    Ok(())
 }
 
 /// Removes what an install killed midway left beside the rootfs: `.<name>.new-*` trees,
@@ -205,6 +238,47 @@ mod tests {
             .collect();
         left.sort();
         assert_eq!(left, [".kube2.new-abc", "kube1"]);
+    }
+
+    #[test]
+    fn a_tree_whose_etc_leads_elsewhere_is_refused_and_the_marker_stays_inside() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = dir.path().join("outside");
+        fs::create_dir(&outside).unwrap();
+        for (etc, what) in [
+            (Some(outside.to_str().unwrap()), "a symbolic link"),
+            (None, "not a directory"),
+        ] {
+            let path = dir.path().join("rootfs.tar.gz");
+            let gz =
+                flate2::write::GzEncoder::new(fs::File::create(&path).unwrap(), flate2::Compression::fast());
+            let mut b = tar::Builder::new(gz);
+            let mut h = tar::Header::new_gnu();
+            h.set_size(0);
+            h.set_mode(0o777);
+            h.set_uid(0);
+            h.set_gid(0);
+            h.set_mtime(1);
+            match etc {
+                Some(target) => {
+                    h.set_entry_type(tar::EntryType::Symlink);
+                    h.set_link_name(target).unwrap();
+                }
+                None => h.set_entry_type(tar::EntryType::Regular),
+            }
+            b.append_data(&mut h, "etc", &[][..]).unwrap();
+            b.into_inner().unwrap().finish().unwrap();
+            let sha = checksum::sha256_file(&path).unwrap();
+            let rootfs = dir.path().join("machines/kube1");
+            let fetcher = Fetcher::new(FetchOptions::default());
+            let err = install(&resolved(&path, sha), &rootfs, false, &fetcher).unwrap_err();
+            assert!(
+                err.to_string().contains(&format!("member \"etc\" is {what}")),
+                "{err}"
+            );
+            assert_eq!(fs::read_dir(&outside).unwrap().count(), 0, "{what}");
+            assert!(!dir.path().join("machines").exists(), "{what}");
+        }
     }
 
     #[test]

@@ -10,7 +10,8 @@ pub const RESOLVED_STUBS: [Ipv4Addr; 2] = [Ipv4Addr::new(127, 0, 0, 53), Ipv4Add
 
 /// The `nameserver` values of a resolv.conf that are IPv4 and neither
 /// unspecified nor multicast, in file order. Tabs, leading blanks, comments
-/// (`#`, `;`) and trailing words are tolerated.
+/// (`#`, `;`, also right after the address as in `10.0.0.2#lab`, which glibc
+/// reads as 10.0.0.2) and trailing words are tolerated.
 pub fn nameservers(resolv_conf: &str) -> Vec<Ipv4Addr> {
     resolv_conf
         .lines()
@@ -19,7 +20,8 @@ pub fn nameservers(resolv_conf: &str) -> Vec<Ipv4Addr> {
             if words.next()? != "nameserver" {
                 return None;
             }
-            let ip: Ipv4Addr = words.next()?.parse().ok()?;
+            let address = words.next()?.split(['#', ';']).next()?;
+            let ip: Ipv4Addr = address.parse().ok()?;
             (!ip.is_unspecified() && !ip.is_multicast()).then_some(ip)
         })
         .collect()
@@ -137,6 +139,7 @@ mod tests {
     #[case::plain("nameserver 10.0.0.2\n", &["10.0.0.2"])]
     #[case::tabs_and_indentation("\t nameserver\t10.0.0.3 \n  nameserver 10.0.0.2\t# lab\n", &["10.0.0.2", "10.0.0.3"])]
     #[case::comments_ignored("# nameserver 10.9.9.9\n; nameserver 10.8.8.8\nnameserver 10.0.0.2\n", &["10.0.0.2"])]
+    #[case::comment_glued_to_the_address("nameserver 10.0.0.2#lab\nnameserver 10.0.0.3;x\nnameserver #10.0.0.4\n", &["10.0.0.2", "10.0.0.3"])]
     #[case::duplicates_removed_and_sorted("nameserver 10.0.0.9\nnameserver 10.0.0.2\nnameserver 10.0.0.9\n", &["10.0.0.2", "10.0.0.9"])]
     #[case::ipv6_unspecified_multicast_dropped("nameserver fd00::1\nnameserver 0.0.0.0\nnameserver 224.0.0.251\nnameserver 10.0.0.2\n", &["10.0.0.2"])]
     #[case::listeners_never_upstreams("nameserver 169.254.10.10\nnameserver 169.254.10.11\nnameserver 10.0.0.2\n", &["10.0.0.2"])]

@@ -1,7 +1,7 @@
 //! The Corefile: the built-in template or `CorefileTemplate`, rendered with
 //! minijinja (strict undefined variables), then checked (spec §5).
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 
 use minijinja::{Environment, UndefinedBehavior, syntax::SyntaxConfig};
 use serde::Serialize;
@@ -27,6 +27,11 @@ pub enum CorefileError {
     NoBind { keys: String },
     #[error("rendered Corefile: no server block has `prometheus {address}` (the metrics address)")]
     NoPrometheus { address: String },
+    #[error(
+        "rendered Corefile: server block `{keys}` serves metrics on the wildcard address `{address}` \
+         (name the metrics address, e.g. `prometheus {{{{ metrics_address }}}}`)"
+    )]
+    WildcardMetrics { keys: String, address: String },
 }
 
 /// The variables a Corefile template can use (documented in docs/configuration.md).
@@ -117,7 +122,8 @@ pub fn render(goal: &LocalDnsGoal) -> Result<String, CorefileError> {
     Ok(format!("{HEADER}{body}"))
 }
 
-/// The checks every rendered Corefile must pass.
+/// The checks every rendered Corefile must pass: every server block binds, one
+/// serves `prometheus` on the metrics address, and none on a wildcard address.
 pub fn check(corefile: &str, metrics_address: &str) -> Result<(), CorefileError> {
     let blocks = server_blocks(corefile)?;
     for b in &blocks {
@@ -131,6 +137,15 @@ pub fn check(corefile: &str, metrics_address: &str) -> Result<(), CorefileError>
         return Err(CorefileError::NoPrometheus {
             address: metrics_address.to_owned(),
         });
+    }
+    for b in &blocks {
+        let prometheus = b.directives.iter().filter(|d| d[0] == "prometheus");
+        if let Some(address) = prometheus.filter_map(|d| d.get(1)).find(|a| is_wildcard(a)) {
+            return Err(CorefileError::WildcardMetrics {
+                keys: b.keys.join(" "),
+                address: address.clone(),
+            });
+        }
     }
     Ok(())
 }
@@ -235,6 +250,16 @@ pub fn server_blocks(corefile: &str) -> Result<Vec<ServerBlock>, CorefileError> 
     Ok(blocks)
 }
 
+/// Whether a listen address (`host:port`) names every address: an empty host
+/// (`:9153`), `0.0.0.0` or `[::]`.
+fn is_wildcard(address: &str) -> bool {
+    let host = match address.strip_prefix('[') {
+        Some(rest) => rest.split(']').next().unwrap_or_default(),
+        None => address.rsplit_once(':').map_or(address, |(host, _)| host),
+    };
+    host.is_empty() || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_unspecified())
+}
+
 fn strip_comment(line: &str) -> &str {
     let mut prev_space = true;
     for (i, c) in line.char_indices() {
@@ -316,6 +341,26 @@ mod tests {
             ),
             Ok(())
         );
+    }
+
+    #[test]
+    fn metrics_on_a_wildcard_address_fail_the_check_naming_the_block() {
+        for wildcard in [":9153", "0.0.0.0:9253", "[::]:9253"] {
+            let text = format!(
+                ".:53 {{\n bind 10.0.0.1\n prometheus 10.0.0.1:9253\n}}\nlab.example:53 {{\n bind 10.0.0.1\n prometheus {wildcard}\n}}\n"
+            );
+            assert_eq!(
+                check(&text, "10.0.0.1:9253"),
+                Err(CorefileError::WildcardMetrics {
+                    keys: "lab.example:53".into(),
+                    address: wildcard.into()
+                }),
+                "{wildcard}"
+            );
+        }
+        // Another specific address, or none (CoreDNS's default is localhost), is no wildcard.
+        let text = ".:53 {\n bind 10.0.0.1\n prometheus 10.0.0.1:9253\n}\nlab.example:53 {\n bind 10.0.0.1\n prometheus 10.0.0.2:9253\n}\nx:53 {\n bind 10.0.0.1\n prometheus\n}\n";
+        assert_eq!(check(text, "10.0.0.1:9253"), Ok(()));
     }
 
     #[test]

@@ -3,7 +3,9 @@
 use std::fmt;
 
 /// One problem with the config, at a JSON path such as `LocalDNS.NodeListenerIP`
-/// or `ContainerImages[1].SHA256`; the root is written `<root>`.
+/// or `ContainerImages[1].SHA256`; the root is written `<root>`. Displayed on one
+/// line: control characters of the path (from a key in the input) are escaped,
+/// newlines in the message become blanks.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
     pub path: String,
@@ -21,12 +23,17 @@ impl Problem {
 
 impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let path = if self.path.is_empty() {
-            "<root>"
-        } else {
-            &self.path
-        };
-        write!(f, "{path}: {}", self.message.replace('\n', " "))
+        if self.path.is_empty() {
+            f.write_str("<root>")?;
+        }
+        for c in self.path.chars() {
+            if c.is_control() {
+                write!(f, "{}", c.escape_default())?;
+            } else {
+                write!(f, "{c}")?;
+            }
+        }
+        write!(f, ": {}", self.message.replace('\n', " "))
     }
 }
 
@@ -77,4 +84,22 @@ pub fn field(parent: &str, name: &str) -> String {
 /// Appends a list index: `ContainerImages` + 1 → `ContainerImages[1]`.
 pub fn index(parent: &str, i: usize) -> String {
     format!("{parent}[{i}]")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_with_control_characters_stays_on_one_line_escaped() {
+        let p = Problems(vec![
+            Problem::new("LocalDNS.a\nb", "unknown field"),
+            Problem::new("\u{7f}", "unknown field"),
+            Problem::new("", "not valid JSON: x\ny"),
+        ]);
+        assert_eq!(
+            p.to_string(),
+            "LocalDNS.a\\nb: unknown field\n\\u{7f}: unknown field\n<root>: not valid JSON: x y"
+        );
+    }
 }
