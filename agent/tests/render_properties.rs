@@ -1,6 +1,6 @@
 //! Property tests: rendering any valid config never panics, and the built-in
 //! Corefile always binds every server block and serves `prometheus` on the
-//! metrics address in both `.` blocks (spec §5); a custom template gives an
+//! metrics address in both `.` blocks (docs/design.md §5); a custom template gives an
 //! error or a Corefile that binds every block and serves the metrics address.
 
 use std::net::Ipv4Addr;

@@ -1,5 +1,5 @@
 //! `unbounded-agent start --config FILE`: preflight, host preparation, the machine with
-//! containerd, kubelet and LocalDNS, started in spec §9 order (`agent::start`). Exit 0 once
+//! containerd, kubelet and LocalDNS, started in docs/design.md §9 order (`agent::start`). Exit 0 once
 //! kubelet is active in the machine; 1 with the reason otherwise.
 
 use std::path::PathBuf;
@@ -12,8 +12,8 @@ pub struct Args {
     /// The agent config JSON.
     #[arg(long)]
     pub config: PathBuf,
-    /// Names of preflight checks whose failures do not stop `start` (repeatable).
-    #[arg(long = "ignore-preflight", value_name = "CHECK")]
+    /// A preflight check whose failures do not stop `start` (repeatable); one of the check names.
+    #[arg(long = "ignore-preflight", value_name = "CHECK", value_parser = super::preflight::check_names())]
     pub ignore: Vec<String>,
     /// Multiplies every wait (machine answering 30 s, LocalDNS ready 60 s, containerd and
     /// kubelet active 60 s each). Default: 5 when `systemd-detect-virt --vm` says `qemu` (QEMU

@@ -78,7 +78,7 @@ fn notrack_rule(
     }
 }
 
-/// The table spec §6 asks for: two raw-priority base chains, 8 request rules, and with
+/// The table docs/design.md §6 asks for: two raw-priority base chains, 8 request rules, and with
 /// `notrack_replies` 4 reply rules in `output`.
 pub fn desired(spec: &NetworkSpec) -> NftModel {
     let mut rules = Vec::new();
