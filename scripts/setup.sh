@@ -4,8 +4,8 @@
 # install the two toolchains; it checks them first and stops naming what is missing:
 #   * Rust >= the workspace's rust-version (Cargo.toml; edition 2024), cargo on PATH
 #     (rustup's ~/.cargo/bin is added by env.sh);
-#   * Go = the version the Go recipes in images/ pin (GO_TOOLCHAIN in
-#     images/coredns/recipe.env), as /usr/local/go/bin/go or on PATH.
+#   * Go >= 1.21, as /usr/local/go/bin/go or on PATH; best the version the recipes in images/
+#     pin (GO_TOOLCHAIN in images/*/recipe.env), else Go fetches that one from its module proxy.
 # and that it runs as root (the packages, and later the lab's namespaces and VMs).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
@@ -34,13 +34,17 @@ for component in rustfmt clippy; do
 done
 
 GO_WANT=$(sed -n 's/^GO_TOOLCHAIN=go//p' "$REPO_ROOT/images/coredns/recipe.env")
+GO_MIN=1.21
 command -v go >/dev/null ||
   fail "Go is missing: install Go $GO_WANT as /usr/local/go (https://go.dev/dl/go$GO_WANT.linux-amd64.tar.gz); \
-the recipes in images/ build CoreDNS, Kubernetes and actionlint with it"
-GO_HAVE=$(go env GOVERSION | sed 's/^go//')
-[[ "$GO_HAVE" == "$GO_WANT" ]] ||
-  fail "Go $GO_HAVE found ($(command -v go)), the recipes in images/ pin go$GO_WANT \
-(GO_TOOLCHAIN): install Go $GO_WANT as /usr/local/go (https://go.dev/dl/)"
+the recipes in images/ build CoreDNS, Kubernetes, etcd and actionlint with it"
+GO_HAVE=$(go version | awk '{print $3}' | sed 's/^go//')
+version_at_least "$GO_MIN" "$GO_HAVE" ||
+  fail "Go $GO_HAVE ($(command -v go)) is too old: the recipes in images/ pin go$GO_WANT (GOTOOLCHAIN), \
+which needs Go >= $GO_MIN to switch to; install Go $GO_WANT as /usr/local/go (https://go.dev/dl/)"
+if [[ "$GO_HAVE" != "$GO_WANT" ]]; then
+  echo "==> note: Go $GO_HAVE found; the image builds will fetch go$GO_WANT (pinned in images/) from the Go module proxy"
+fi
 
 NEXTEST_VERSION=0.9.151
 APT_PACKAGES=(

@@ -40,7 +40,12 @@ mod tests {
     #[test]
     fn names_each_argument_and_subcommand_without_help_by_its_path() {
         let cmd = Command::new("tool")
-            .arg(Arg::new("verbose").long("verbose").action(ArgAction::SetTrue).help("More output"))
+            .arg(
+                Arg::new("verbose")
+                    .long("verbose")
+                    .action(ArgAction::SetTrue)
+                    .help("More output"),
+            )
             .subcommand(
                 Command::new("up")
                     .about("Start it")
@@ -57,8 +62,11 @@ mod tests {
 
     #[test]
     fn a_fully_documented_command_has_nothing_missing() {
-        let cmd = Command::new("tool")
-            .subcommand(Command::new("up").about("Start it").arg(Arg::new("lab").long("lab").help("Which lab")));
+        let cmd = Command::new("tool").subcommand(
+            Command::new("up")
+                .about("Start it")
+                .arg(Arg::new("lab").long("lab").help("Which lab")),
+        );
         assert!(undocumented(&cmd).is_empty(), "{:?}", undocumented(&cmd));
     }
 }

@@ -66,7 +66,8 @@ fn parse(s: &str) -> Result<Lab, String> {
     }
     let valid = !s.is_empty()
         && s.len() <= 64
-        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
     if valid {
         Ok(Lab::Name(s.to_owned()))
     } else {
@@ -108,7 +109,10 @@ mod tests {
         assert_eq!(other, Lab::Name("vmtest-2".into()));
         assert_eq!(other.name(), "vmtest-2");
         let err = other.number().unwrap_err().to_string();
-        assert!(err.contains("--lab vmtest-2") && err.contains("numbered labs"), "{err}");
+        assert!(
+            err.contains("--lab vmtest-2") && err.contains("numbered labs"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -34,7 +34,10 @@ pub fn build_command(binary: &Path, repo: &Path) -> String {
     let target = binary.parent().and_then(Path::parent);
     match target {
         Some(target) if target != repo.join("target") => {
-            format!("CARGO_TARGET_DIR={} cargo build -p agent --bins", target.display())
+            format!(
+                "CARGO_TARGET_DIR={} cargo build -p agent --bins",
+                target.display()
+            )
         }
         _ => "cargo build -p agent --bins".to_owned(),
     }
@@ -69,7 +72,12 @@ mod tests {
     use super::*;
 
     fn set_mtime(path: &Path, time: SystemTime) {
-        File::options().write(true).open(path).unwrap().set_modified(time).unwrap();
+        File::options()
+            .write(true)
+            .open(path)
+            .unwrap()
+            .set_modified(time)
+            .unwrap();
     }
 
     /// A repository with the agent's sources and a target directory holding a built agent.
@@ -77,14 +85,24 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let repo = dir.path().join("repo");
         fs::create_dir_all(repo.join("agent/src/cli")).unwrap();
-        for file in ["agent/src/lib.rs", "agent/src/cli/start.rs", "agent/Cargo.toml", "Cargo.lock"] {
+        for file in [
+            "agent/src/lib.rs",
+            "agent/src/cli/start.rs",
+            "agent/Cargo.toml",
+            "Cargo.lock",
+        ] {
             fs::write(repo.join(file), "x").unwrap();
         }
         let binary = dir.path().join("cache/target/debug/unbounded-agent");
         fs::create_dir_all(binary.parent().unwrap()).unwrap();
         fs::write(&binary, "elf").unwrap();
         let old = SystemTime::now() - Duration::from_secs(3600);
-        for file in ["agent/src/lib.rs", "agent/src/cli/start.rs", "agent/Cargo.toml", "Cargo.lock"] {
+        for file in [
+            "agent/src/lib.rs",
+            "agent/src/cli/start.rs",
+            "agent/Cargo.toml",
+            "Cargo.lock",
+        ] {
             set_mtime(&repo.join(file), old);
         }
         (dir, repo, binary)
@@ -108,7 +126,10 @@ mod tests {
         for want in [
             binary.display().to_string(),
             changed.display().to_string(),
-            format!("`CARGO_TARGET_DIR={} cargo build -p agent --bins`", target.display()),
+            format!(
+                "`CARGO_TARGET_DIR={} cargo build -p agent --bins`",
+                target.display()
+            ),
             "scripts/scenario.sh".to_owned(),
         ] {
             assert!(text.contains(&want), "{want:?} not in {text}");
@@ -118,7 +139,10 @@ mod tests {
     #[test]
     fn a_newer_lock_file_counts_too() {
         let (_dir, repo, binary) = checkout();
-        set_mtime(&repo.join("Cargo.lock"), SystemTime::now() + Duration::from_secs(60));
+        set_mtime(
+            &repo.join("Cargo.lock"),
+            SystemTime::now() + Duration::from_secs(60),
+        );
         let err = ensure_fresh(&binary, &repo).unwrap_err();
         assert!(err.to_string().contains("Cargo.lock"), "{err}");
     }
@@ -146,6 +170,10 @@ mod tests {
     #[test]
     fn this_checkout_has_agent_sources() {
         let (newest, _) = newest_source(&crate::evidence::repo_root()).expect("agent sources");
-        assert!(newest.starts_with(crate::evidence::repo_root()), "{}", newest.display());
+        assert!(
+            newest.starts_with(crate::evidence::repo_root()),
+            "{}",
+            newest.display()
+        );
     }
 }

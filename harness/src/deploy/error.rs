@@ -17,7 +17,11 @@ pub enum DeployError {
         "the agent binary {path} is older than {newer}: rebuild it with `{fix}` \
          (scripts/scenario.sh builds it before running scenarios)"
     )]
-    StaleAgentBinary { path: PathBuf, newer: PathBuf, fix: String },
+    StaleAgentBinary {
+        path: PathBuf,
+        newer: PathBuf,
+        fix: String,
+    },
     #[error("lab {lab} has no control plane: start it with `LabSpec {{ control_plane: true, .. }}`")]
     NoControlPlane { lab: String },
     #[error("lab {lab} has no VM on tap {tap} (VM {vm})")]
