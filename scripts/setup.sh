@@ -1,8 +1,50 @@
 #!/usr/bin/env bash
-# Installs what the project needs on a fresh Debian machine, idempotently:
-# Debian packages (QEMU, mmdebstrap, nftables, ...) and a pinned cargo-nextest.
+# Installs what the project needs on a Debian 12 machine, idempotently: Debian packages
+# (QEMU, mmdebstrap, nftables, ...), a pinned cargo-nextest and actionlint. It does not
+# install the two toolchains; it checks them first and stops naming what is missing:
+#   * Rust >= the workspace's rust-version (Cargo.toml; edition 2024), cargo on PATH
+#     (rustup's ~/.cargo/bin is added by env.sh);
+#   * Go >= 1.21, as /usr/local/go/bin/go or on PATH; best the version the recipes in images/
+#     pin (GO_TOOLCHAIN in images/*/recipe.env), else Go fetches that one from its module proxy.
+# and that it runs as root (the packages, and later the lab's namespaces and VMs).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+
+fail() { echo "setup: $*" >&2; exit 1; }
+
+# "1.89" <= "1.95.0"?
+version_at_least() { [[ "$(printf '%s\n%s\n' "$1" "$2" | sort -V | head -n1)" == "$1" ]]; }
+
+[[ $EUID -eq 0 ]] || fail "must run as root (it installs Debian packages; the lab needs root too)"
+
+RUST_MIN=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' "$REPO_ROOT/Cargo.toml")
+{ command -v cargo >/dev/null && command -v rustc >/dev/null; } ||
+  fail "Rust is missing: install Rust >= $RUST_MIN (e.g. rustup, https://rustup.rs: \
+curl --proto '=https' -sSf https://sh.rustup.rs | sh -s -- -y), then run this again"
+RUST_HAVE=$(rustc --version | awk '{print $2}')
+version_at_least "$RUST_MIN" "$RUST_HAVE" ||
+  fail "Rust $RUST_HAVE is too old: the workspace needs >= $RUST_MIN (edition 2024); \
+\`rustup update stable\`"
+rustup_components=$(rustup component list --installed 2>/dev/null || true)
+for component in rustfmt clippy; do
+  if ! cargo "${component/rustfmt/fmt}" --version >/dev/null 2>&1; then
+    fail "cargo ${component/rustfmt/fmt} is missing: \`rustup component add $component\` \
+(installed components: ${rustup_components//$'\n'/ })"
+  fi
+done
+
+GO_WANT=$(sed -n 's/^GO_TOOLCHAIN=go//p' "$REPO_ROOT/images/coredns/recipe.env")
+GO_MIN=1.21
+command -v go >/dev/null ||
+  fail "Go is missing: install Go $GO_WANT as /usr/local/go (https://go.dev/dl/go$GO_WANT.linux-amd64.tar.gz); \
+the recipes in images/ build CoreDNS, Kubernetes, etcd and actionlint with it"
+GO_HAVE=$(go version | awk '{print $3}' | sed 's/^go//')
+version_at_least "$GO_MIN" "$GO_HAVE" ||
+  fail "Go $GO_HAVE ($(command -v go)) is too old: the recipes in images/ pin go$GO_WANT (GOTOOLCHAIN), \
+which needs Go >= $GO_MIN to switch to; install Go $GO_WANT as /usr/local/go (https://go.dev/dl/)"
+if [[ "$GO_HAVE" != "$GO_WANT" ]]; then
+  echo "==> note: Go $GO_HAVE found; the image builds will fetch go$GO_WANT (pinned in images/) from the Go module proxy"
+fi
 
 NEXTEST_VERSION=0.9.151
 APT_PACKAGES=(

@@ -85,7 +85,7 @@ pub struct DownloadsConfig {
     pub core_dns: Option<DownloadSource>,
 }
 
-/// Where one artifact comes from (spec §4).
+/// Where one artifact comes from (docs/design.md §4).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct DownloadSource {
@@ -125,7 +125,7 @@ pub struct OfflineArtifactsConfig {
     pub source: Option<String>,
 }
 
-/// The `LocalDNS` section (spec §2). Absent fields take the spec's defaults.
+/// The `LocalDNS` section (docs/design.md §2). Absent fields take the design's defaults.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct LocalDnsConfig {
     #[serde(rename = "Enabled", default, skip_serializing_if = "Option::is_none")]

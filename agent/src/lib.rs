@@ -2,6 +2,7 @@
 //! with a LocalDNS cache (CoreDNS) in front of the node's and the pods' DNS.
 
 pub mod artifact;
+pub mod clap_help;
 pub mod config;
 pub mod exec;
 pub mod goal;

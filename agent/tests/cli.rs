@@ -110,6 +110,25 @@ fn validate_exits_2_with_one_line_per_problem() {
 }
 
 #[test]
+fn validate_exits_2_naming_an_http_offline_source_that_start_would_refuse() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = defaults_with(
+        dir.path(),
+        serde_json::json!({"OfflineArtifacts": {"Source": "http://192.168.100.1:8080/bundle"}}),
+    );
+    let out = agent(&["validate", "--config", &config]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(
+        stdout.lines().collect::<Vec<_>>(),
+        [
+            "OfflineArtifacts.Source: \"http://192.168.100.1:8080/bundle\" is not a local directory: \
+             give an absolute path or a file:// URL (an offline bundle is read in place, never downloaded)"
+        ]
+    );
+}
+
+#[test]
 fn validate_of_a_missing_file_fails_naming_it() {
     let out = agent(&["validate", "--config", "/nonexistent/config.json"]);
     assert_eq!(out.status.code(), Some(1));
@@ -233,4 +252,21 @@ fn preflight_fails_on_an_invalid_config_with_one_finding_per_problem() {
     );
     let ignored = agent(&["preflight", "--config", &config, "--ignore", "localdns-config"]);
     assert_eq!(ignored.status.code(), Some(0), "{ignored:?}");
+}
+
+#[test]
+fn preflight_refuses_an_unknown_check_to_ignore_and_lists_the_valid_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let (config, _) = case_files(dir.path(), "defaults");
+    let out = agent(&["preflight", "--config", &config, "--ignore", "localdns-conntrak"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(out.stdout.is_empty(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("invalid value 'localdns-conntrak' for '--ignore <CHECK>'"),
+        "{stderr}"
+    );
+    for check in agent::preflight::CHECKS {
+        assert!(stderr.contains(check.name), "{} not listed: {stderr}", check.name);
+    }
 }

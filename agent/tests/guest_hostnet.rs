@@ -80,7 +80,7 @@ fn guest_apply_creates_exactly_the_spec_link_and_ruleset() {
         "{}",
         ip_addr_text()
     );
-    // The live table equals the rendered model, and `nft -j` counts the spec's rules.
+    // The live table equals the rendered model, and `nft -j` counts the rules of docs/design.md §6.
     assert_eq!(
         nft::read_table().unwrap(),
         Some(model::desired(&spec(true))),

@@ -1,6 +1,6 @@
 //! Everything a node needs from the lab, published on the lab's artifact server
 //! (`http://192.168.<100+n>.1:8080`) in the layouts the agent fetches, and gathered into one
-//! offline bundle directory (spec §4) so `OfflineArtifacts.Source` alone suffices.
+//! offline bundle directory (docs/design.md §4) so `OfflineArtifacts.Source` alone suffices.
 //!
 //! On the artifact server:
 //!
@@ -277,7 +277,7 @@ fn rootfs_file(rootfs: &rootfs::Rootfs) -> String {
     )
 }
 
-/// The two trees laid out alike on the artifact server and in the offline bundle (spec §4):
+/// The two trees laid out alike on the artifact server and in the offline bundle (docs/design.md §4):
 /// `rootfs/<tarball>` and `container-images/<arch>/<name>-<tag>.tar`, each with its `.sha256`,
 /// as (relative path, host file).
 fn pinned_files(rootfs: &rootfs::Rootfs, images: &oci::OciImages) -> Vec<(PathBuf, PathBuf)> {

@@ -215,7 +215,7 @@ fn offline_bundle_alone_holds_every_artifact_the_node_config_names() {
     let manifest: serde_json::Value =
         serde_json::from_str(&fs::read_to_string(bundle.join("manifest.json")).unwrap()).unwrap();
     assert_eq!(manifest["versions"]["pause"], "3.10.1");
-    // The files the online config names resolve in the bundle alone (spec §4 paths).
+    // The files the online config names resolve in the bundle alone (docs/design.md §4 paths).
     for (i, request) in pinned_requests(&artifacts).iter().enumerate() {
         let got = download(request, Some(bundle), &work.path().join(format!("pinned-{i}"))).unwrap();
         assert_eq!(Some(&got.sha256), request.sha256.as_ref(), "{}", request.field);

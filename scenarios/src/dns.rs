@@ -4,9 +4,9 @@
 //! answers) and resolv.conf files ([`ResolvConf`], the machine's read from inside it with
 //! [`machine_resolv_conf`]).
 //!
-//! The listener addresses and the LocalDNS resolv.conf path are spec §1 and §5's, written
+//! The listener addresses and the LocalDNS resolv.conf path come from docs/design.md §1 and §5, written
 //! here rather than taken from the agent, so a scenario comparing against them can catch the
-//! agent drifting from the spec.
+//! agent drifting from the design.
 
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -16,11 +16,11 @@ use k8s_openapi::api::core::v1::Pod;
 
 use crate::cluster::test_pod;
 
-/// The node listener (spec §1): the machine's resolver and `dnsPolicy: Default` pods.
+/// The node listener (docs/design.md §1): the machine's resolver and `dnsPolicy: Default` pods.
 pub const NODE_LISTENER: Ipv4Addr = Ipv4Addr::new(169, 254, 10, 10);
-/// The cluster listener (spec §1): kubelet's `clusterDNS`, so every `ClusterFirst` pod.
+/// The cluster listener (docs/design.md §1): kubelet's `clusterDNS`, so every `ClusterFirst` pod.
 pub const CLUSTER_LISTENER: Ipv4Addr = Ipv4Addr::new(169, 254, 10, 11);
-/// The resolv.conf kubelet hands to `Default` pods (spec §5), inside the machine.
+/// The resolv.conf kubelet hands to `Default` pods (docs/design.md §5), inside the machine.
 pub const LOCALDNS_RESOLV_CONF: &str = "/etc/unbounded/localdns/resolv.conf";
 
 /// A pod's `dnsPolicy`.
@@ -301,7 +301,7 @@ impl ResolvConf {
             .collect()
     }
 
-    /// What spec §5 derives from a host resolv.conf for a LocalDNS machine: the host's lines
+    /// What docs/design.md §5 derives from a host resolv.conf for a LocalDNS machine: the host's lines
     /// without its `nameserver`s, then `nameserver <listener>`.
     pub fn localdns_lines_for(&self, listener: Ipv4Addr) -> Vec<String> {
         self.directives

@@ -16,7 +16,7 @@ use crate::node::JoinedNode;
 /// A `ClusterFirst` pod on the node resolves the `kubernetes` Service through `server` only:
 /// its resolv.conf names `server` and nothing else, busybox `nslookup` says `Server: <server>`,
 /// and the answer is the Service's ClusterIP as the API server has it. With LocalDNS `server`
-/// is the cluster listener (spec §1, its CoreDNS forwards to the cluster DNS); without, the
+/// is the cluster listener (docs/design.md §1, its CoreDNS forwards to the cluster DNS); without, the
 /// cluster DNS itself (`Cluster.ClusterDNS`).
 pub fn a_cluster_first_pod_resolves_the_kubernetes_service_through(
     node: &JoinedNode,

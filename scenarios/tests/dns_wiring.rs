@@ -1,4 +1,4 @@
-//! Scenario `dns-wiring`: on a joined LocalDNS node, DNS goes where spec §1 and §5 say. The
+//! Scenario `dns-wiring`: on a joined LocalDNS node, DNS goes where docs/design.md §1 and §5 say. The
 //! machine's `/etc/resolv.conf` is the host's search/options plus `nameserver 169.254.10.10`
 //! only, and stays so after the machine restarts (`machinectl reboot`), when the machine still
 //! resolves through the node listener; kubelet's live configuration (`configz`) and its config
@@ -28,7 +28,7 @@ use scenarios::pod_dns::{
 };
 
 /// The lines the scenario adds to the VM's resolv.conf before deploying (a tab on purpose:
-/// spec §3 tolerates them).
+/// docs/design.md §3 tolerates them).
 const HOST_SEARCH: &str = "search\tlab.test";
 const HOST_OPTIONS: &str = "options ndots:2 timeout:2";
 /// The TTL of the lab names the scenario sets: far above CoreDNS's 30 s cache cap, so the
@@ -108,7 +108,7 @@ fn the_deployed_config_keeps_the_spec_listeners(node: &JoinedNode) -> anyhow::Re
     ] {
         ensure!(
             value.as_deref().is_none_or(|v| v == default.to_string()),
-            "LocalDNS.{field} is {value:?}; this scenario checks the spec default {default}"
+            "LocalDNS.{field} is {value:?}; this scenario checks the default {default} of docs/design.md §2"
         );
     }
     Ok(())

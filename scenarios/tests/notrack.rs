@@ -1,9 +1,9 @@
-//! Scenario `notrack`: on a joined LocalDNS node the host holds exactly what spec §6 says — the
+//! Scenario `notrack`: on a joined LocalDNS node the host holds exactly what docs/design.md §6 says — the
 //! dummy link `localdns`, up, with exactly the two listener /32s; the table `ip
 //! unbounded_localdns` with its two raw-priority chains and exactly the 8 request and 4 reply
 //! NOTRACK rules, each with the comment; the network unit ordered between nftables and the
 //! machine — and under a burst of pod queries to both listeners the conntrack table holds no
-//! entry for them. The expected link and table are written out here from the spec, not taken
+//! entry for them. The expected link and table are written out here from docs/design.md §6, not taken
 //! from the agent's renderer. The conntrack reads are controlled: the same pods also query a
 //! DNS server that is not a listener, and those (tracked) queries must show up in the reads.
 
@@ -114,12 +114,12 @@ fn table_is_exactly_the_spec(node: &JoinedNode) -> anyhow::Result<()> {
     let rules: BTreeSet<String> = EXPECTED_RULES.iter().map(|r| r.to_string()).collect();
     ensure!(
         table.chains == chains,
-        "the chains of {NFT_FAMILY} {NFT_TABLE} differ from spec §6:\n{}",
+        "the chains of {NFT_FAMILY} {NFT_TABLE} differ from docs/design.md §6:\n{}",
         difference(&chains, &table.chains)
     );
     ensure!(
         table.rules == rules,
-        "the rules of {NFT_FAMILY} {NFT_TABLE} differ from spec §6:\n{}",
+        "the rules of {NFT_FAMILY} {NFT_TABLE} differ from docs/design.md §6:\n{}",
         difference(&rules, &table.rules)
     );
     ensure!(

@@ -1,4 +1,4 @@
-//! Third-party artifacts (spec §4): resolve the source, fetch, verify the
+//! Third-party artifacts (docs/design.md §4): resolve the source, fetch, verify the
 //! SHA-256, extract, check, and install atomically — written once for every
 //! artifact the agent fetches; CoreDNS ([`coredns`]) is the first user.
 //!

@@ -8,7 +8,7 @@ use std::process::Command;
 use super::ArtifactError;
 use crate::exec;
 
-/// Plugins every LocalDNS Corefile relies on (spec §2), always required.
+/// Plugins every LocalDNS Corefile relies on (docs/design.md §2), always required.
 pub const BASELINE_PLUGINS: [&str; 8] = crate::names::PluginName::BASELINE;
 
 /// The baseline plus the configured `RequiredPlugins` (trimmed, lower-cased),

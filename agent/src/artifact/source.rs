@@ -45,7 +45,7 @@ pub struct ArtifactSpec {
 /// the same one (`images/coredns/recipe.env`).
 pub const COREDNS_DEFAULT_VERSION: &str = "1.15.0";
 
-/// CoreDNS from its GitHub releases (spec §4).
+/// CoreDNS from its GitHub releases (docs/design.md §4).
 pub const COREDNS: ArtifactSpec = ArtifactSpec {
     name: "coredns",
     config_path: "Downloads.CoreDNS",
@@ -221,7 +221,7 @@ pub struct Resolved {
     pub bundle: Option<PathBuf>,
 }
 
-/// Resolves an online source from the config's override (spec §4): `URL` is
+/// Resolves an online source from the config's override (docs/design.md §4): `URL` is
 /// the whole address with `{version}` and `{arch}` replaced; else `BaseURL`
 /// (or the upstream base) plus the upstream layout.
 pub fn resolve_online(
@@ -262,7 +262,7 @@ pub fn resolve_online(
 }
 
 /// The configured version, else the caller's fallback (e.g. `Cluster.Version`),
-/// else the spec's default.
+/// else the design's default (docs/design.md §4).
 pub fn resolve_version(
     spec: &ArtifactSpec,
     download: Option<&DownloadSource>,

@@ -1,6 +1,6 @@
 //! `unbounded-localdns-supervisor`: runs CoreDNS inside the machine and reports its health to systemd.
-//! Takes no arguments; settings come from the environment (spec §7, `agent::supervisor`). The agent
-//! binary installed under this name runs the same entry point.
+//! Takes no arguments; settings come from the environment (docs/design.md §7,
+//! `agent::supervisor`). The agent binary installed under this name runs the same entry point.
 
 use std::process::ExitCode;
 

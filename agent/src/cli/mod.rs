@@ -8,3 +8,6 @@ pub mod preflight;
 pub mod render;
 pub mod start;
 pub mod validate;
+
+#[cfg(test)]
+mod help;

@@ -8,7 +8,9 @@ use agent::preflight::{CHECKS, Context, Severity};
 
 #[derive(Clone, Copy, clap::ValueEnum)]
 pub enum Output {
+    /// One line per finding (`<severity> <check> [<target>]: <message>`), then `<status>: <summary>`.
     Text,
+    /// `{status, checks[{name,target,severity,message,ignored}], summary}`.
     Json,
 }
 
@@ -17,11 +19,17 @@ pub struct Args {
     /// The agent config JSON.
     #[arg(long)]
     pub config: PathBuf,
+    /// How to print the report.
     #[arg(long, value_enum, default_value = "text")]
     pub output: Output,
-    /// Names of checks whose failures do not fail the run (repeatable).
-    #[arg(long = "ignore", value_name = "CHECK")]
+    /// A check whose failures do not fail the run (repeatable); one of the check names.
+    #[arg(long = "ignore", value_name = "CHECK", value_parser = check_names())]
     pub ignore: Vec<String>,
+}
+
+/// `--ignore` takes only the names of [`CHECKS`]; anything else is refused listing them.
+pub fn check_names() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(CHECKS.iter().map(|c| c.name))
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {

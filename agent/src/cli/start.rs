@@ -15,8 +15,8 @@ pub struct Args {
     /// The agent config JSON.
     #[arg(long)]
     pub config: PathBuf,
-    /// Names of preflight checks whose failures do not stop `start` (repeatable).
-    #[arg(long = "ignore-preflight", value_name = "CHECK")]
+    /// A preflight check whose failures do not stop `start` (repeatable); one of the check names.
+    #[arg(long = "ignore-preflight", value_name = "CHECK", value_parser = super::preflight::check_names())]
     pub ignore: Vec<String>,
     #[command(flatten)]
     pub common: Common,

@@ -1,4 +1,4 @@
-//! The metrics address when `LocalDNS.MetricsAddress` is not set (spec §5).
+//! The metrics address when `LocalDNS.MetricsAddress` is not set (docs/design.md §5).
 
 use std::net::{IpAddr, Ipv4Addr};
 

@@ -1,4 +1,4 @@
-//! Upstream discovery (spec §3): which resolvers the node listener forwards to.
+//! Upstream discovery (docs/design.md §3): which resolvers the node listener forwards to.
 
 use std::net::Ipv4Addr;
 

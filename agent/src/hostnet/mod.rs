@@ -29,7 +29,7 @@ pub use crate::render::host::{
 pub struct NetworkSpec {
     pub node_listener: Ipv4Addr,
     pub cluster_listener: Ipv4Addr,
-    /// Also NOTRACK the listeners' replies in `output` (spec §6).
+    /// Also NOTRACK the listeners' replies in `output` (docs/design.md §6).
     pub notrack_replies: bool,
 }
 

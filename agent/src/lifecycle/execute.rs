@@ -267,7 +267,7 @@ impl<'a> Executor<'a> {
         Ok(())
     }
 
-    /// Stage `starting-node`, in the spec's order, on the executor's slot.
+    /// Stage `starting-node`, in the order of docs/design.md §9, on the executor's slot.
     fn start_node(&mut self) -> Result<(), StartError> {
         if self.op == Operation::Start && self.populated.is_none() {
             // Resumed at `starting-node`: the image list (installing is idempotent).

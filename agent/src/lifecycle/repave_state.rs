@@ -23,7 +23,7 @@ pub enum Phase {
     /// The source node stops; the slot-specific host state (network unit, nspawn drop-ins,
     /// applied config) moves to the target.
     Switching,
-    /// The target node starts in the spec order.
+    /// The target node starts in the order of docs/design.md §9.
     Starting,
     /// The target machine has a new boot id, LocalDNS is ready and kubelet is active.
     Verifying,

@@ -1,4 +1,4 @@
-//! Preflight check `localdns-conntrack` (spec §8): nftables can NOTRACK at raw priority.
+//! Preflight check `localdns-conntrack` (docs/design.md §8): nftables can NOTRACK at raw priority.
 
 use std::io::Write;
 use std::net::Ipv4Addr;
@@ -10,7 +10,7 @@ use super::{Context, Finding, Severity};
 
 pub const NAME: &str = "localdns-conntrack";
 
-/// The message of a failed dry run, as the spec words it.
+/// The message of a failed dry run, as docs/design.md §8 words it.
 pub const REQUIRED: &str = "nftables raw-priority notrack support is required";
 
 /// A table we never create for real: `nft --check` only parses and validates it in the kernel.

@@ -1,5 +1,5 @@
 //! Preflight check `localdns-upstreams`: the goal state resolves on this host —
-//! upstreams are discoverable (spec §3) and a metrics address can be derived (spec §5).
+//! upstreams are discoverable (docs/design.md §3) and a metrics address can be derived (docs/design.md §5).
 
 use std::path::Path;
 

@@ -1,5 +1,5 @@
 //! Preflight: checks that this host can run the configured node, and the
-//! report of spec §8 `{status, checks[{name,target,severity,message,ignored}], summary}`.
+//! report of docs/design.md §8 `{status, checks[{name,target,severity,message,ignored}], summary}`.
 //!
 //! A check is a function from the [`Context`] to its findings. To add one,
 //! write it in its own file under `preflight/` and add one line to [`CHECKS`].

@@ -1,5 +1,5 @@
 //! The Corefile: the built-in template or `CorefileTemplate`, rendered with
-//! minijinja (strict undefined variables), then checked (spec §5).
+//! minijinja (strict undefined variables), then checked (docs/design.md §5).
 
 use std::net::{IpAddr, Ipv4Addr};
 

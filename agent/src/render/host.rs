@@ -1,4 +1,4 @@
-//! Files on the host: the network unit, the nspawn drop-in and the nft script (spec §6).
+//! Files on the host: the network unit, the nspawn drop-in and the nft script (docs/design.md §6).
 
 use std::net::Ipv4Addr;
 

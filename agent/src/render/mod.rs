@@ -1,4 +1,4 @@
-//! Rendering: every file LocalDNS installs (spec §5, §6), as a pure function
+//! Rendering: every file LocalDNS installs (docs/design.md §5, §6), as a pure function
 //! of the [`Goal`]. The same goal always gives the same bytes.
 //!
 //! Paths are absolute on the host: machine files are under

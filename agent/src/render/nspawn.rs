@@ -1,5 +1,5 @@
 //! The machine's nspawn settings on the host: `/etc/systemd/nspawn/<slot>.nspawn` and the
-//! `systemd-nspawn@<slot>.service.d/override.conf` drop-in (agent-facts "The machine").
+//! `systemd-nspawn@<slot>.service.d/override.conf` drop-in (docs/agent.md, "Where each file lands").
 
 use super::HEADER;
 use super::paths::NSPAWN_RESOLV_CONF;

@@ -1,4 +1,4 @@
-//! Stage `starting-node`, in spec §9 order: the applied config (the network unit reads it) →
+//! Stage `starting-node`, in docs/design.md §9 order: the applied config (the network unit reads it) →
 //! LocalDNS host network → the machine (enabled, started, answering) → both LocalDNS listeners
 //! `/ready` → containerd → image import → kubelet, active. Every step leaves what is already
 //! so alone (a running unit is not restarted).
@@ -18,7 +18,7 @@ use crate::machine::machinectl::{self, MachineError, poll};
 use crate::render::corefile::READY_PORT;
 use crate::validate::Config;
 
-/// LocalDNS `/ready` polling (spec §9): every second, up to 60 s.
+/// LocalDNS `/ready` polling (docs/design.md §9): every second, up to 60 s.
 pub const LOCALDNS_READY_TIMEOUT: Duration = Duration::from_secs(60);
 pub const LOCALDNS_READY_POLL: Duration = Duration::from_secs(1);
 /// kubelet active polling (`WaitForKubelet`): every 2 s, up to 60 s.
@@ -27,7 +27,7 @@ pub const KUBELET_POLL: Duration = Duration::from_secs(2);
 /// containerd active polling.
 pub const CONTAINERD_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// The waits of this stage: the spec's deadlines times `scale` (an emulated host, e.g. QEMU
+/// The waits of this stage: the deadlines of docs/design.md §9 times `scale` (an emulated host, e.g. QEMU
 /// without KVM, boots the machine several times slower; `--timeout-scale`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Waits {

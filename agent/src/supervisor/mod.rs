@@ -1,5 +1,5 @@
 //! The LocalDNS supervisor: runs CoreDNS inside the machine, checks its health and reports to systemd
-//! (spec §7). `src/bin/unbounded-localdns-supervisor.rs` is its thin entry point.
+//! (docs/design.md §7). `src/bin/unbounded-localdns-supervisor.rs` is its thin entry point.
 
 pub mod failures;
 pub mod notify;

@@ -5,9 +5,9 @@ use std::net::IpAddr;
 
 use crate::names::{DnsName, MetricsAddress, PluginName, UnicastIpv4, UnitPath, Version};
 
-/// Default node listener (spec §2).
+/// Default node listener (docs/design.md §2).
 pub const DEFAULT_NODE_LISTENER: std::net::Ipv4Addr = std::net::Ipv4Addr::new(169, 254, 10, 10);
-/// Default cluster listener (spec §2).
+/// Default cluster listener (docs/design.md §2).
 pub const DEFAULT_CLUSTER_LISTENER: std::net::Ipv4Addr = std::net::Ipv4Addr::new(169, 254, 10, 11);
 pub const DEFAULT_CPU_LIMIT_MILLICORES: u32 = 2000;
 pub const DEFAULT_MEMORY_LIMIT_MB: u32 = 128;
@@ -60,7 +60,7 @@ pub struct Downloads {
     pub core_dns: Source,
 }
 
-/// One artifact's source override (spec §4); all optional.
+/// One artifact's source override (docs/design.md §4); all optional.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Source {
     pub url: Option<String>,
@@ -87,7 +87,7 @@ pub struct ContainerImage {
 pub struct LocalDns {
     pub node_listener: UnicastIpv4,
     pub cluster_listener: UnicastIpv4,
-    /// `None`: derived when the goal state is resolved (spec §5).
+    /// `None`: derived when the goal state is resolved (docs/design.md §5).
     pub metrics_address: Option<MetricsAddress>,
     pub cpu_limit_millicores: u32,
     pub memory_limit_mb: u32,

@@ -15,6 +15,19 @@ pub fn url(s: &str) -> Result<(), String> {
     }
 }
 
+/// `OfflineArtifacts.Source`: the bundle directory, exactly what `start` reads
+/// ([`crate::artifact::offline::bundle_dir`]): an absolute path or a `file://` URL. An offline
+/// bundle is never fetched, so an http(s) URL is refused here rather than by `start`.
+pub fn offline_source(s: &str) -> Result<(), String> {
+    one_line(s)?;
+    crate::artifact::offline::bundle_dir(s).map(drop).map_err(|_| {
+        format!(
+            "{s:?} is not a local directory: give an absolute path or a file:// URL \
+             (an offline bundle is read in place, never downloaded)"
+        )
+    })
+}
+
 /// An `https://` URL (the API server).
 pub fn https_url(s: &str) -> Result<(), String> {
     url(s)?;

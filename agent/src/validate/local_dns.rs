@@ -1,4 +1,4 @@
-//! Validation of the `LocalDNS` section (spec §2).
+//! Validation of the `LocalDNS` section (docs/design.md §2).
 
 use std::collections::BTreeSet;
 

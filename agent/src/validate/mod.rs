@@ -121,18 +121,7 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
         .as_ref()
         .and_then(|o| o.source.as_deref())
         .and_then(|s| {
-            let path = "OfflineArtifacts.Source";
-            let ok = if s.starts_with('/') {
-                general::one_line(s)
-            } else {
-                general::url(s)
-            };
-            check(
-                ok.map_err(|e| format!("{e} (an absolute directory path or an http(s) URL)")),
-                path,
-                &mut p,
-            )
-            .map(|()| s.to_owned())
+            check(general::offline_source(s), "OfflineArtifacts.Source", &mut p).map(|()| s.to_owned())
         });
 
     let host_prefix = raw

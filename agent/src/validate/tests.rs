@@ -50,7 +50,7 @@ fn the_base_config_is_valid_and_takes_the_defaults() {
     assert_eq!((l.cpu_limit_millicores, l.memory_limit_mb), (2000, 128));
     assert!(l.notrack_replies);
     let plugins: Vec<&str> = l.required_plugins.iter().map(|p| p.as_str()).collect();
-    // The baseline as spec §2 writes it.
+    // The baseline as docs/design.md §2 writes it.
     let baseline: Vec<&str> = "bind cache errors forward loop prometheus ready whoami"
         .split(' ')
         .collect();
@@ -119,12 +119,29 @@ fn the_base_config_is_valid_and_takes_the_defaults() {
 #[case::container_image_sha(json!({"ContainerImages": [{"Ref": "pause:3.10", "SHA256": "xyz"}]}), "ContainerImages[0].SHA256: \"xyz\" is not a SHA-256 digest")]
 #[case::container_image_ref_two_lines(json!({"ContainerImages": [{"Ref": "a\nb"}]}), "ContainerImages[0].Ref: \"a\\nb\" contains a newline")]
 #[case::label_value_bad(json!({"Kubelet": {"Labels": {"a": "-b"}}}), "Kubelet.Labels.a: \"-b\" is not a label value")]
-#[case::offline_relative(json!({"OfflineArtifacts": {"Source": "bundle"}}), "OfflineArtifacts.Source: \"bundle\" is not an http:// or https:// URL (an absolute directory path or an http(s) URL)")]
+#[case::offline_relative(json!({"OfflineArtifacts": {"Source": "bundle"}}), "OfflineArtifacts.Source: \"bundle\" is not a local directory: give an absolute path or a file:// URL")]
+#[case::offline_http(json!({"OfflineArtifacts": {"Source": "http://192.168.100.1:8080/bundle"}}), "OfflineArtifacts.Source: \"http://192.168.100.1:8080/bundle\" is not a local directory: give an absolute path or a file:// URL (an offline bundle is read in place, never downloaded)")]
+#[case::offline_https(json!({"OfflineArtifacts": {"Source": "https://mirror/bundle"}}), "OfflineArtifacts.Source: \"https://mirror/bundle\" is not a local directory")]
+#[case::offline_file_remote_host(json!({"OfflineArtifacts": {"Source": "file://mirror/bundle"}}), "OfflineArtifacts.Source: \"file://mirror/bundle\" is not a local directory")]
 fn each_rule_reports_its_path_and_reason(#[case] patch: Value, #[case] want: &str) {
     let got = problems(patch);
     assert!(
         got.iter().any(|p| p.starts_with(want)),
         "want a line starting with {want:?}, got {got:#?}"
+    );
+}
+
+#[rstest]
+#[case::absolute_path("/mnt/lab")]
+#[case::file_url("file:///mnt/lab")]
+#[case::file_url_localhost("file://localhost/mnt/lab")]
+fn an_offline_source_is_a_local_directory_as_start_reads_it(#[case] source: &str) {
+    let c = checked(json!({"OfflineArtifacts": {"Source": source}}));
+    assert_eq!(c.offline_source.as_deref(), Some(source));
+    // What validate accepts, start's reader takes (and what it refuses, validate refuses above).
+    assert_eq!(
+        crate::artifact::offline::bundle_dir(source).unwrap(),
+        std::path::Path::new("/mnt/lab")
     );
 }
 

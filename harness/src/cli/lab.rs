@@ -11,6 +11,8 @@ use harness::vm::{BootImage, RunDir, Vm};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
+use super::lab_arg::LabArg;
+
 /// The upstream name `harness lab up` adds to its lab's DNS (A: the bridge address), to try by hand.
 const HAND_NAME: &str = "hello.lab.test";
 
@@ -39,16 +41,14 @@ pub enum Command {
         /// No Kubernetes control plane.
         #[arg(long)]
         no_control_plane: bool,
-        /// The lab number (default 0, the one reserved for `lab up`).
-        #[arg(long, default_value_t = 0, hide = true)]
-        lab: u8,
+        #[command(flatten)]
+        at: LabArg,
     },
     /// Stop the lab `harness lab up` keeps (from another terminal), leaving no process,
     /// namespace, link or overlay behind.
     Down {
-        /// The lab number (default 0).
-        #[arg(long, default_value_t = 0, hide = true)]
-        lab: u8,
+        #[command(flatten)]
+        at: LabArg,
         /// How long to wait for the owner to tear the lab down before killing it.
         #[arg(long, default_value_t = 60)]
         timeout: u64,
@@ -58,16 +58,14 @@ pub enum Command {
     /// Print the path of the running lab's admin kubeconfig, usable on the host as it is:
     /// `kubectl --kubeconfig "$(harness lab kubeconfig)" get nodes`.
     Kubeconfig {
-        /// The lab number (default 0).
-        #[arg(long, default_value_t = 0, hide = true)]
-        lab: u8,
+        #[command(flatten)]
+        at: LabArg,
     },
     /// Run the lab's kubectl (the control plane's version, from the image cache) with the
     /// running lab's admin kubeconfig: `harness lab kubectl -- get nodes -o wide`.
     Kubectl {
-        /// The lab number (default 0).
-        #[arg(long, default_value_t = 0, hide = true)]
-        lab: u8,
+        #[command(flatten)]
+        at: LabArg,
         /// kubectl's arguments (put them after `--`).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<std::ffi::OsString>,
@@ -81,17 +79,17 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
             no_vm,
             control_plane,
             no_control_plane,
-            lab,
+            at,
         } => up(
             &node_config,
             no_vm,
             control_plane || !(no_vm || no_control_plane),
-            lab,
+            at.number()?,
         ),
-        Command::Down { lab, timeout } => down(lab, Duration::from_secs(timeout)),
+        Command::Down { at, timeout } => down(at.number()?, Duration::from_secs(timeout)),
         Command::List => list(),
-        Command::Kubeconfig { lab } => kubeconfig(lab),
-        Command::Kubectl { lab, args } => super::lab_kubectl::run(lab, &args),
+        Command::Kubeconfig { at } => kubeconfig(at.number()?),
+        Command::Kubectl { at, args } => super::lab_kubectl::run(at.number()?, &args),
     }
 }
 
@@ -151,10 +149,9 @@ fn up(node_config: &Path, no_vm: bool, control_plane: bool, number: u8) -> anyho
         Some((name, image)) => {
             let mut spec = lab.vm_spec(&name, image)?;
             let nic = lab.nics().pop().expect("vm_spec attached a NIC");
-            // The repository's build output, read-only at /mnt/lab in the guest.
-            if let Some(target) = std::env::var_os("CARGO_TARGET_DIR") {
-                spec.share = Some(PathBuf::from(target));
-            }
+            // The cargo build output this harness was built in (`$CARGO_TARGET_DIR`, else the
+            // directory holding this executable), read-only at /mnt/lab in the guest.
+            spec.share = Some(harness::deploy::plan::target_dir()).filter(|dir| dir.is_dir());
             eprintln!("==> booting VM {name} at {} ({}) ...", nic.ip, nic.tap);
             Some(Vm::boot(spec)?)
         }

@@ -4,5 +4,9 @@ pub mod bench;
 pub mod bench_node;
 pub mod images;
 pub mod lab;
+pub mod lab_arg;
 pub mod lab_kubectl;
 pub mod vm;
+
+#[cfg(test)]
+mod help;

@@ -11,6 +11,8 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use harness::vm::{Accel, Deadlines, ExitKind, GuestAgent, RunDir};
 
+use super::lab_arg::LabArg;
+
 #[derive(clap::Subcommand)]
 pub enum Command {
     /// Run a command in a VM, print its output and exit with its status.
@@ -21,7 +23,7 @@ pub enum Command {
         /// The VM's name (e.g. `localdns`).
         name: String,
         #[command(flatten)]
-        at: Locate,
+        at: LabArg,
         /// Give up after this many seconds (default: the accelerator's command deadline).
         #[arg(long)]
         timeout: Option<u64>,
@@ -33,27 +35,21 @@ pub enum Command {
     ///
     /// Copies in keep the file's permission bits and replace the target atomically.
     Cp {
+        /// The source: a host path, or `NAME:/PATH` in VM `NAME`.
         from: String,
+        /// The destination: a host path, or `NAME:/PATH` in VM `NAME`.
         to: String,
         #[command(flatten)]
-        at: Locate,
+        at: LabArg,
     },
     /// Attach this terminal to the VM's root shell on its virtconsole (hvc0).
     /// Leave with Ctrl-].
     Shell {
+        /// The VM's name (e.g. `localdns`).
         name: String,
         #[command(flatten)]
-        at: Locate,
+        at: LabArg,
     },
-}
-
-/// Which lab to look in.
-#[derive(clap::Args)]
-pub struct Locate {
-    /// The lab (e.g. `lab-0` for `harness lab up`); default: the one lab that has a VM of
-    /// that name.
-    #[arg(long, env = "LAB_NAME")]
-    lab: Option<String>,
 }
 
 pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
@@ -63,9 +59,9 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
             at,
             timeout,
             command,
-        } => exec(&name, at.lab.as_deref(), timeout, command),
-        Command::Cp { from, to, at } => cp(&from, &to, at.lab.as_deref()),
-        Command::Shell { name, at } => shell(&name, at.lab.as_deref()),
+        } => exec(&name, Some(&at.name()), timeout, command),
+        Command::Cp { from, to, at } => cp(&from, &to, Some(&at.name())),
+        Command::Shell { name, at } => shell(&name, Some(&at.name())),
     }
 }
 

@@ -8,8 +8,20 @@ use crate::vm::{ExitKind, VmError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DeployError {
-    #[error("the agent binary {path} is missing: build it with `{fix}`")]
-    MissingAgentBinary { path: PathBuf, fix: &'static str },
+    #[error(
+        "the agent binary {path} is missing: build it with `{fix}` \
+         (scripts/scenario.sh builds it before running scenarios)"
+    )]
+    MissingAgentBinary { path: PathBuf, fix: String },
+    #[error(
+        "the agent binary {path} is older than {newer}: rebuild it with `{fix}` \
+         (scripts/scenario.sh builds it before running scenarios)"
+    )]
+    StaleAgentBinary {
+        path: PathBuf,
+        newer: PathBuf,
+        fix: String,
+    },
     #[error("lab {lab} has no control plane: start it with `LabSpec {{ control_plane: true, .. }}`")]
     NoControlPlane { lab: String },
     #[error("lab {lab} has no VM on tap {tap} (VM {vm})")]

@@ -4,6 +4,7 @@
 //! `unbounded-agent start` runs under a deadline scaled for the accelerator.
 //!
 //! * [`plan`]: the pure part (config, paths, command line, deadline), unit tested;
+//! * [`agent_binary`]: the agent binary to copy, refused when missing or older than its sources;
 //! * [`start`]: the executor on a [`Vm`];
 //! * [`ready`]: the Node becoming Ready; [`join`]: artifacts + deploy + Ready in one call;
 //! * [`offline`]: offline node configs (bundle handed to the VM, no route to the artifact server);
@@ -11,6 +12,7 @@
 //! * [`evidence`]: what is kept when it fails (start's output, journals of host and machine,
 //!   kubelet's journal, `machinectl status`), under `$LAB_ARTIFACTS_DIR/<test>/<vm>/`.
 
+pub mod agent_binary;
 pub mod error;
 pub mod evidence;
 pub mod join;

@@ -17,8 +17,6 @@ pub const GUEST_CONFIG: &str = "/etc/unbounded/agent/config.json";
 pub const DEFAULT_HOST_PREFIX: &str = "/usr/local";
 /// The agent binary's name (in `$CARGO_TARGET_DIR/debug/` and `<HostPrefix>/bin/`).
 pub const AGENT_BINARY: &str = "unbounded-agent";
-/// The command that builds [`AGENT_BINARY`].
-pub const BUILD_AGENT: &str = "cargo build -p agent";
 /// `start`'s deadline in multiples of the VM's command deadline (30 s under KVM, 120 s under
 /// TCG): 5 min under KVM, 20 min under TCG. `start` downloads and verifies ~200 MB, unpacks a
 /// rootfs, boots the machine and starts containerd and kubelet; under TCG on a loaded 2-core

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use super::DeployedNode;
 use super::error::{DeployError, StartFailed};
 use super::evidence::{self, GUEST_LOG_DIR, GUEST_START_STDERR, GUEST_START_STDOUT};
-use super::plan::{self, BUILD_AGENT, DeployPlan, GUEST_CONFIG};
+use super::plan::{self, DeployPlan, GUEST_CONFIG};
 use crate::vm::{ExitKind, Vm, VmError};
 
 /// The shell line that runs `start` (`$@`) under coreutils' `timeout`, its stdout and stderr
@@ -23,12 +23,7 @@ pub fn start_script(limit: Duration) -> String {
 /// Deploys `plan` onto `vm` with the agent binary at `agent` on the host; evidence of a failure
 /// goes under `$LAB_ARTIFACTS_DIR/<test>/<vm>/`.
 pub fn deploy_plan(vm: &Vm, plan: DeployPlan, agent: &Path, test: &str) -> Result<DeployedNode, DeployError> {
-    if !agent.is_file() {
-        return Err(DeployError::MissingAgentBinary {
-            path: agent.to_path_buf(),
-            fix: BUILD_AGENT,
-        });
-    }
+    super::agent_binary::ensure_fresh(agent, &crate::evidence::repo_root())?;
     let node = plan.node_name.clone();
     let files = |plan: &DeployPlan| vec![("deployed-agent-config.json", plan.config_json.clone())];
     let vm_err = |doing: &str, source: VmError, plan: &DeployPlan| {
@@ -182,18 +177,5 @@ mod tests {
         let (out, _, _) = run_script(Duration::from_secs(1), &["sleep", "30"], dir.path());
         assert_eq!(out.status.code(), Some(124));
         assert!(started.elapsed() < Duration::from_secs(15));
-    }
-
-    #[test]
-    fn a_missing_agent_binary_names_the_command_that_builds_it() {
-        let text = DeployError::MissingAgentBinary {
-            path: "/t/debug/unbounded-agent".into(),
-            fix: BUILD_AGENT,
-        }
-        .to_string();
-        assert!(
-            text.contains("/t/debug/unbounded-agent") && text.contains("`cargo build -p agent`"),
-            "{text}"
-        );
     }
 }

@@ -1,9 +1,9 @@
-//! What spec §6 says the host (a lab VM) holds for LocalDNS, read from the VM as it is: the
+//! What docs/design.md §6 says the host (a lab VM) holds for LocalDNS, read from the VM as it is: the
 //! `localdns` link (`ip -j -d addr show`), the nft table (`nft -j list ...`), units and drop-ins
 //! (`systemctl show`), the conntrack table (`conntrack -L`), and the check that none of it — nor
 //! the machine's LocalDNS units and files — exists with LocalDNS off. Everything here is parsed
 //! from the tools' own output; nothing is taken from the agent's renderer, so scenarios can hold
-//! the agent to the spec rather than to itself.
+//! the agent to the design rather than to itself.
 
 //!
 //! One module per thing read: [`link`], [`nft`], [`units`] (and paths), [`conntrack`], and

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Runs end-to-end scenarios with the caches everything else uses: builds the agent (the binary
+# the harness deploys into the VM, so it is never stale) and the scenario tests, then runs
+# `cargo nextest run -p scenarios` with the arguments given. Needs root, the images
+# (`harness images build`, or scripts/lab-up.sh / scripts/test.sh once) and cargo-nextest
+# (scripts/setup.sh). Examples:
+#   scripts/scenario.sh --test metrics
+#   scripts/scenario.sh --test dns_wiring -E 'test(/localdns$/)'
+#   scripts/scenario.sh -E 'test(/localdns_offline$/)'
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+cd "$REPO_ROOT"
+
+if [[ $# -eq 0 ]]; then
+  echo "usage: scripts/scenario.sh <cargo nextest run arguments>, e.g. --test metrics" >&2
+  names=(scenarios/tests/*.rs)
+  names=("${names[@]#scenarios/tests/}")
+  echo "       the scenario test binaries: ${names[*]%.rs}" >&2
+  exit 2
+fi
+echo "==> building the agent and the scenarios (target $CARGO_TARGET_DIR)"
+cargo build --locked -p agent --bins
+cargo build --locked -p scenarios --tests
+exec cargo nextest run --locked -p scenarios --no-capture "$@"
