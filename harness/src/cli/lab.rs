@@ -47,7 +47,7 @@ pub enum Command {
     /// namespace, link or overlay behind.
     Down {
         /// The lab number (default 0).
-        #[arg(long, default_value_t = 0, hide = true)]
+        #[arg(long, default_value_t = 0)]
         lab: u8,
         /// How long to wait for the owner to tear the lab down before killing it.
         #[arg(long, default_value_t = 60)]
@@ -55,18 +55,41 @@ pub enum Command {
     },
     /// List the labs on this machine: owner, VMs, whether they are stale.
     List,
+    /// The state of a running lab: each VM's Node (Ready?), machine slot, `localdns.service`
+    /// and LocalDNS listeners (`/ready` on 169.254.10.10 and .11), and where the logs are.
+    ///
+    /// `--output json` prints one object (its shape is documented in docs/lab.md).
+    Status {
+        /// The lab number (0: `harness lab up`; a kept test's lab prints its own).
+        #[arg(long, default_value_t = 0)]
+        lab: u8,
+        #[arg(long, value_enum, default_value = "text")]
+        output: super::lab_inspect::Output,
+    },
+    /// Collect everything a bug report needs from a running lab into one directory (each VM's
+    /// journal, the machine's journal, `start`'s output, ruleset, addresses and links, the
+    /// cluster's Nodes, Pods and Events, the control plane's logs) with an `index.txt`;
+    /// prints the directory.
+    Logs {
+        /// The lab number (default 0).
+        #[arg(long, default_value_t = 0)]
+        lab: u8,
+        /// Where to write (default `$LAB_ARTIFACTS_DIR/lab-logs/lab-<n>-<time>`).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// Print the path of the running lab's admin kubeconfig, usable on the host as it is:
     /// `kubectl --kubeconfig "$(harness lab kubeconfig)" get nodes`.
     Kubeconfig {
         /// The lab number (default 0).
-        #[arg(long, default_value_t = 0, hide = true)]
+        #[arg(long, default_value_t = 0)]
         lab: u8,
     },
     /// Run the lab's kubectl (the control plane's version, from the image cache) with the
     /// running lab's admin kubeconfig: `harness lab kubectl -- get nodes -o wide`.
     Kubectl {
         /// The lab number (default 0).
-        #[arg(long, default_value_t = 0, hide = true)]
+        #[arg(long, default_value_t = 0)]
         lab: u8,
         /// kubectl's arguments (put them after `--`).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -90,6 +113,8 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
         ),
         Command::Down { lab, timeout } => down(lab, Duration::from_secs(timeout)),
         Command::List => list(),
+        Command::Status { lab, output } => super::lab_inspect::status(lab, output),
+        Command::Logs { lab, out } => super::lab_inspect::logs(lab, out),
         Command::Kubeconfig { lab } => kubeconfig(lab),
         Command::Kubectl { lab, args } => super::lab_kubectl::run(lab, &args),
     }
@@ -217,6 +242,8 @@ fn print_how_to(lab: &Lab, vm: Option<&Vm>) {
     text += &format!(
         "  in the lab: ip netns exec {} dig @{} {HAND_NAME}   (upstream DNS)\n\
          \x20 DNS/HTTP logs: {}\n\
+         \x20 status:    harness lab status [--output json]   (Node, slot, localdns, listeners)\n\
+         \x20 all logs:  harness lab logs                      (one directory for a bug report)\n\
          \x20 stop:      Ctrl-C here, or `harness lab down` from another terminal\n",
         lab.name(),
         lab.addrs().bridge_ip(),

@@ -4,5 +4,6 @@ pub mod bench;
 pub mod bench_node;
 pub mod images;
 pub mod lab;
+pub mod lab_inspect;
 pub mod lab_kubectl;
 pub mod vm;

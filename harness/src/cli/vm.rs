@@ -50,10 +50,18 @@ pub enum Command {
 /// Which lab to look in.
 #[derive(clap::Args)]
 pub struct Locate {
-    /// The lab (e.g. `lab-0` for `harness lab up`); default: the one lab that has a VM of
-    /// that name.
-    #[arg(long, env = "LAB_NAME")]
+    /// The lab (`0` or `lab-0` for `harness lab up`; a kept test prints its own); default:
+    /// the one lab that has a VM of that name.
+    #[arg(long, env = "LAB_NAME", value_parser = lab_name)]
     lab: Option<String>,
+}
+
+/// `--lab`: a lab number `N` means `lab-N`; a name is taken as it is.
+fn lab_name(arg: &str) -> Result<String, String> {
+    if !arg.is_empty() && arg.chars().all(|c| c.is_ascii_digit()) {
+        return Ok(format!("lab-{arg}"));
+    }
+    Ok(arg.to_string())
 }
 
 pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
@@ -262,6 +270,12 @@ mod tests {
         assert_eq!(parse_place("/tmp/x").unwrap(), Place::Host("/tmp/x".into()));
         let err = parse_place("localdns:etc/hosts").unwrap_err().to_string();
         assert!(err.contains("must be absolute"), "{err}");
+    }
+
+    #[test]
+    fn a_lab_number_names_its_lab() {
+        assert_eq!(lab_name("3").unwrap(), "lab-3");
+        assert_eq!(lab_name("lab-0").unwrap(), "lab-0");
     }
 
     #[test]
