@@ -117,7 +117,7 @@ pub fn status_script() -> String {
     for ip in LISTENERS {
         let _ = write!(
             script,
-            "echo @@ready {ip}@@; curl -sS -m 5 -w '\\n%{{http_code}}' http://{ip}:{READY_PORT}/ready 2>&1; echo; "
+            "echo @@ready {ip}@@; curl -sS --noproxy '*' -m 5 -w '\\n%{{http_code}}' http://{ip}:{READY_PORT}/ready 2>&1; echo; "
         );
     }
     script + "true"
