@@ -56,6 +56,8 @@ fn a_node_repaves_to_kube2_and_back_and_reset_leaves_the_host_as_before_start() 
         },
         |node| {
             let before = before.borrow().clone().context("no listing before start")?;
+            let name = node.deployed.name.clone();
+            node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
             repave(node, "kube1", "kube2")?;
             repave_killed_while_starting_then_run_again(node, "kube2", "kube1")?;
             reset_and_start_again(node, &before)

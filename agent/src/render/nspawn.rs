@@ -52,8 +52,11 @@ Bind={bpffs}:/sys/fs/bpf
 }
 
 /// The unit drop-in: a stale registration (systemd-machined restarted) is terminated before
-/// start, failures restart after 10 s without ever reaching a start-limit dead state, the
-/// unified cgroup hierarchy, `/proc/sys/net` writable (kubelet and CNI set net sysctls),
+/// start, and so is the unix-export mount point a machine killed on its way down leaves behind
+/// (nspawn refuses to start while `/run/systemd/nspawn/unix-export/<slot>` exists); failures
+/// restart after 10 s without ever reaching a start-limit dead state; a shutdown gets 5 minutes
+/// (an emulated host stops a machine full of pods slowly, and a SIGKILL leaves that mount point);
+/// the unified cgroup hierarchy, `/proc/sys/net` writable (kubelet and CNI set net sysctls),
 /// `/dev/kmsg` allowed, and the private bpffs mounted before the machine starts.
 pub fn override_conf(slot: Slot) -> String {
     let bpffs = bpffs_dir(slot);
@@ -64,10 +67,12 @@ StartLimitIntervalSec=0
 [Service]
 Restart=on-failure
 RestartSec=10s
+TimeoutStopSec=300s
 Environment=SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1
 Environment=SYSTEMD_NSPAWN_API_VFS_WRITABLE=network
 DeviceAllow=/dev/kmsg rw
 ExecStartPre=-/usr/bin/machinectl terminate {slot}
+ExecStartPre=-/bin/sh -c 'umount /run/systemd/nspawn/unix-export/{slot} 2>/dev/null; rmdir /run/systemd/nspawn/unix-export/{slot} 2>/dev/null; true'
 ExecStartPre=/bin/mkdir -p {bpffs}
 ExecStartPre=/bin/sh -c 'mountpoint -q {bpffs} || mount -t bpf bpf {bpffs}'
 "
@@ -102,6 +107,10 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("StartLimitIntervalSec=0\n"), "{text}");
+        assert!(
+            text.contains("rmdir /run/systemd/nspawn/unix-export/kube1"),
+            "a stale unix-export mount point would stop the machine from starting:\n{text}"
+        );
         assert!(text.contains("Restart=on-failure\nRestartSec=10s\n"), "{text}");
     }
 }
