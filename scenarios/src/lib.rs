@@ -79,8 +79,7 @@ impl LabNode {
         let mut node = LabNode::boot(node_config)?;
         if let Err(err) = case(&mut node) {
             let dir = harness::evidence::collect(&node.vm, &node.test, &format!("{err:#}"));
-            let err = err.context(format!("evidence in {}", dir.display()));
-            return Err(node::keep_if_asked(&node.lab, &node.vm, &node.test, err));
+            return Err(err.context(format!("evidence in {}", dir.display())));
         }
         node.shutdown()
     }
