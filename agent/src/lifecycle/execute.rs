@@ -346,8 +346,7 @@ impl<'a> Executor<'a> {
         }
         // A rebuilt agent brings a new supervisor: replace it and restart LocalDNS on it (an
         // unchanged agent leaves both alone).
-        if config.local_dns.is_some()
-            && rootfs::install_supervisor(&under(&self.root, &self.slot.rootfs()))?
+        if config.local_dns.is_some() && rootfs::install_supervisor(&under(&self.root, &self.slot.rootfs()))?
         {
             runner.run(&["systemctl", "restart", "localdns.service"])?;
             node::localdns_ready(config, self.waits, self.progress)?;
