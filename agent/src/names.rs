@@ -45,11 +45,6 @@ impl Slot {
             Slot::Kube2 => Slot::Kube1,
         }
     }
-
-    /// The machine's root directory on the host, `/var/lib/machines/<slot>`.
-    pub fn rootfs(self) -> std::path::PathBuf {
-        std::path::Path::new("/var/lib/machines").join(self.as_str())
-    }
 }
 
 impl fmt::Display for Slot {
@@ -328,6 +323,25 @@ impl fmt::Display for Version {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
     }
+}
+
+/// `a.b.c.d/n` with n in 8–30 and no bits set below the prefix.
+pub fn check_ipv4_cidr(text: &str) -> Result<(), String> {
+    let bad = || format!("{text:?} is not an IPv4 network like 10.244.1.0/24");
+    let (ip, len) = text.split_once('/').ok_or_else(bad)?;
+    let ip: Ipv4Addr = ip.parse().map_err(|_| bad())?;
+    let len: u32 = len.parse().map_err(|_| bad())?;
+    if !(8..=30).contains(&len) {
+        return Err(format!("{text:?}: prefix length {len} is outside 8-30"));
+    }
+    let host_bits = u32::from(ip) & (u32::MAX >> len);
+    if host_bits != 0 {
+        return Err(format!(
+            "{text:?} has host bits set (the network is {})",
+            Ipv4Addr::from(u32::from(ip) & !(u32::MAX >> len))
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use agent::corefile::{HEALTH_NAME, READY_PORT, server_blocks};
 use agent::goal::{HostFacts, OptionalFacts};
-use agent::render::corefile::{HEALTH_NAME, READY_PORT, server_blocks};
 
 const INNER: &str = "LOCALDNS_TEST_INNER_CASE";
 

@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 use agent::artifact::source::{Expected, Location, Resolved};
 use agent::artifact::{FetchOptions, Fetcher, checksum, rootfs};
 use agent::exec;
+use agent::files::write_atomic;
 use agent::machine::{MachineRunner, machinectl};
 use agent::names::Slot;
 use agent::render::nspawn;
-use agent::render::write::write_atomic;
 
 /// The environment variable naming the machine rootfs tarball in the guest.
 const ROOTFS_ENV: &str = "UNBOUNDED_TEST_ROOTFS";

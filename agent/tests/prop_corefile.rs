@@ -11,10 +11,10 @@ mod prop_support;
 
 use std::net::{IpAddr, Ipv4Addr};
 
+use agent::corefile::{ServerBlock, server_blocks};
 use agent::goal::{HostFacts, OptionalFacts};
 use agent::names::{Slot, UnicastIpv4};
 use agent::render::CorefileError;
-use agent::render::corefile::{ServerBlock, server_blocks};
 use proptest::prelude::*;
 use serde_json::json;
 

@@ -15,7 +15,7 @@ use std::net::Ipv4Addr;
 use agent::goal::upstreams::RESOLVED_STUBS;
 use agent::goal::{GoalError, HostFacts, OptionalFacts};
 use agent::names::Slot;
-use agent::render::paths::{LOCALDNS_RESOLV_CONF, MACHINE_RESOLV_CONF, NODE_UPSTREAMS};
+use agent::paths::{LOCALDNS_RESOLV_CONF, MACHINE_RESOLV_CONF, NODE_UPSTREAMS};
 use agent::render::{HEADER, Rendered};
 use proptest::prelude::*;
 use serde_json::json;

@@ -21,7 +21,7 @@ pub const NODE_LISTENER: Ipv4Addr = Ipv4Addr::new(169, 254, 10, 10);
 /// The cluster listener (docs/design.md §1): kubelet's `clusterDNS`, so every `ClusterFirst` pod.
 pub const CLUSTER_LISTENER: Ipv4Addr = Ipv4Addr::new(169, 254, 10, 11);
 /// The resolv.conf kubelet hands to `Default` pods (docs/design.md §5), inside the machine.
-pub const LOCALDNS_RESOLV_CONF: &str = "/etc/unbounded/localdns/resolv.conf";
+pub use agent::paths::LOCALDNS_RESOLV_CONF;
 
 /// A pod's `dnsPolicy`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -214,15 +214,27 @@ impl HostListing {
             .iter()
             .map(|p| format!(" -path {p} -prune -o"))
             .collect();
-        let script = format!(
-            "find /etc /var/lib -xdev{prune} -print | sed 's/^/path /'; \
-             systemctl list-unit-files --no-legend --no-pager | awk '{{print \"unit \" $1}}'; \
-             ip -o link show | awk -F': ' '{{print \"link \" $2}}' | cut -d@ -f1; \
-             nft list tables | sed 's/^/nft /'; \
-             machinectl list --no-legend --no-pager | awk '{{print \"machine \" $1}}'; \
-             findmnt -rn -o TARGET | sed 's/^/mount /'"
-        );
-        let text = vm.run(&script).context("listing the host")?;
+        // Each part on its own, checked: a failing one (systemd busy right after a resume) is an
+        // error with its stderr, never a listing with a part missing. The manager settles first.
+        vm.run_unchecked("systemctl is-system-running --wait")
+            .context("waiting for the host's systemd to settle")?;
+        let parts = [
+            format!("find /etc /var/lib -xdev{prune} -print | sed 's/^/path /'"),
+            "systemctl list-unit-files --no-legend --no-pager | awk '{print \"unit \" $1}'".into(),
+            "ip -o link show | awk -F': ' '{print \"link \" $2}' | cut -d@ -f1".into(),
+            "nft list tables | sed 's/^/nft /'".into(),
+            "machinectl list --no-legend --no-pager | awk '{print \"machine \" $1}'".into(),
+            "findmnt -rn -o TARGET | sed 's/^/mount /'".into(),
+        ];
+        let mut text = String::new();
+        for part in &parts {
+            let argv = ["bash", "-o", "pipefail", "-c", part].map(str::to_string);
+            text += &vm
+                .argv(argv.to_vec())
+                .run()
+                .with_context(|| format!("listing the host: {part}"))?
+                .stdout_text();
+        }
         let items: BTreeSet<String> = text.lines().map(str::to_string).collect();
         // Positive controls: the listing sees real things of each kind.
         for must in [

@@ -128,7 +128,7 @@ fn bootstrap(node: &mut JoinedNode) -> anyhow::Result<()> {
     interrupted_start_resumes_to_complete(node, &machine)
 }
 
-const INSTALL_STATE: &str = "/var/lib/unbounded/agent/install-state.json";
+use agent::paths::INSTALL_STATE;
 
 /// A second `start` on the finished node: exit 0, and every file the agent wrote keeps its
 /// content, inode and mtime, and every unit it started keeps its invocation.
@@ -191,14 +191,14 @@ impl NodeSnapshot {
             "/etc/unbounded".to_string(),
             "/etc/systemd/nspawn".into(),
             format!("/etc/systemd/system/systemd-nspawn@{m}.service.d"),
-            "/etc/systemd/system/unbounded-localdns-network.service".into(),
+            agent::paths::NETWORK_UNIT.into(),
             "/etc/sysctl.d".into(),
             "/etc/modules-load.d".into(),
             format!("/var/lib/machines/{m}/etc/unbounded"),
             format!("/var/lib/machines/{m}/etc/containerd"),
             format!("/var/lib/machines/{m}/etc/cni/net.d"),
             format!("/var/lib/machines/{m}/etc/systemd/system"),
-            format!("/var/lib/machines/{m}/var/lib/kubelet/config.yaml"),
+            agent::paths::in_machine(scenarios::host_state::slot(m), agent::paths::KUBELET_CONFIG),
             format!("/var/lib/machines/{m}/usr/local/bin"),
             format!("/var/lib/machines/{m}/usr/local/libexec"),
         ];

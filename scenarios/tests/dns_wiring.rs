@@ -158,7 +158,7 @@ fn kubelet_uses_the_cluster_listener_and_the_localdns_resolv_conf(
         .get("kubeletconfig")
         .with_context(|| format!("configz has no kubeletconfig: {text}"))?;
 
-    let path = agent::render::paths::KUBELET_CONFIG;
+    let path = agent::paths::KUBELET_CONFIG;
     let file_text = node.vm.run(&in_machine(machine, &format!("cat {path}")))?;
     let file: serde_json::Value =
         serde_yaml_ng::from_str(&file_text).with_context(|| format!("{path} is not YAML:\n{file_text}"))?;

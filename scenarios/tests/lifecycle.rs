@@ -282,7 +282,7 @@ fn repave_killed_while_starting_then_run_again(
     kill_agent_in(
         node,
         "repave",
-        "/etc/unbounded/agent/repave-state.json",
+        agent::paths::REPAVE_STATE,
         "\"phase\": \"starting\"",
     )?;
     let out = agent(node, "repave")?;
@@ -300,14 +300,17 @@ fn ensure_repaved(node: &mut JoinedNode, from: &str, to: &str, old: &str) -> any
     ensure!(node.machine()? == to, "after the repave the machine is not {to}");
     wait_new_boot_id(node, old)?;
     node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
+    let slot = scenarios::host_state::slot(from);
+    let override_dir = agent::paths::nspawn_override(slot);
     let left = existing_paths(
         &node.vm,
         &[
-            format!("/var/lib/machines/{from}"),
-            format!("/etc/systemd/nspawn/{from}.nspawn"),
-            format!("/etc/systemd/system/systemd-nspawn@{from}.service.d"),
-            format!("/etc/unbounded/agent/{from}-applied-config.json"),
-            "/etc/unbounded/agent/repave-state.json".into(),
+            agent::paths::rootfs(slot),
+            agent::paths::nspawn_settings(slot),
+            override_dir.trim_end_matches("/override.conf").to_string(),
+            agent::paths::applied_config(slot),
+            agent::paths::machine_enablement_link(slot),
+            agent::paths::REPAVE_STATE.into(),
         ],
     )?;
     ensure!(left.is_empty(), "the repave to {to} left {left:?}");
@@ -341,7 +344,7 @@ fn reset_and_start_again(node: &mut JoinedNode, before: &HostListing) -> anyhow:
     kill_agent_in(
         node,
         &format!("start --config {CONFIG}"),
-        "/var/lib/unbounded/agent/install-state.json",
+        agent::paths::INSTALL_STATE,
         "\"starting-node\"",
     )?;
     agent(node, "reset")?;

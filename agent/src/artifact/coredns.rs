@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 use super::source::{self, COREDNS, Resolved};
 use super::{ArtifactError, Fetcher, Installed, fetch_verify_install, offline, plugins};
 use crate::config::{DownloadSource, RawConfig};
-use crate::validate::Config;
 
 /// Where CoreDNS goes inside the machine rootfs.
 pub const INSTALL_PATH: &str = "usr/local/bin/coredns";
@@ -43,25 +42,6 @@ impl Request {
                 .as_ref()
                 .and_then(|o| o.source.clone())
                 .filter(|s| !s.trim().is_empty()),
-            required_plugins: plugins::required_plugins(&configured),
-        }
-    }
-
-    /// From a validated config.
-    pub fn from_config(config: &Config) -> Request {
-        let source = &config.downloads.core_dns;
-        let configured: Vec<String> = config
-            .local_dns
-            .iter()
-            .flat_map(|l| l.required_plugins.iter().map(|p| p.as_str().to_string()))
-            .collect();
-        Request {
-            download: DownloadSource {
-                url: source.url.clone(),
-                base_url: source.base_url.clone(),
-                version: source.version.as_ref().map(|v| v.as_str().to_string()),
-            },
-            offline_source: config.offline_source.clone(),
             required_plugins: plugins::required_plugins(&configured),
         }
     }

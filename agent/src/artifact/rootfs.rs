@@ -103,7 +103,7 @@ pub fn install(
         reason,
     })?;
     let marker = tree.path().join(MARKER);
-    crate::render::write::write_atomic(&marker, format!("{sha256}\n").as_bytes(), 0o644)
+    crate::files::write_atomic(&marker, format!("{sha256}\n").as_bytes(), 0o644)
         .map_err(io_err("write", &marker))?;
     let old: Option<PathBuf> = match before {
         Present::Absent => None,

@@ -13,7 +13,7 @@ use crate::names::{DnsName, MetricsAddress, PluginName, Slot, UnicastIpv4, UnitP
 use crate::validate::Config;
 
 /// Where the machine's resolver for kubelet lives (inside the machine).
-pub const LOCALDNS_RESOLV_CONF: &str = "/etc/unbounded/localdns/resolv.conf";
+pub use crate::paths::LOCALDNS_RESOLV_CONF;
 
 /// Why a goal state could not be resolved.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

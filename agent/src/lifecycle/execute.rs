@@ -13,12 +13,12 @@ use super::repave_state::{self, RepaveState};
 use super::state::{self, InstallState, OperationRecord, Stage};
 use super::{Options, reconfigure, repave};
 use crate::artifact::{FetchOptions, Fetcher, checksum};
+use crate::files::{under, write_atomic};
 use crate::goal::HostFacts;
 use crate::machine::{MachineRunner, machinectl};
 use crate::names::Slot;
 use crate::preflight::{self, Severity};
 use crate::render::Rendered;
-use crate::render::write::{under, write_atomic};
 use crate::start::node::{self, Waits};
 use crate::start::rootfs::{self, ImageArchive};
 use crate::start::{StartError, host, plan as node_plan};
@@ -402,8 +402,8 @@ pub fn boot_id(slot: Slot) -> Result<String, StartError> {
 fn installed_binaries(root: &Path, slot: Slot, local_dns: bool) -> Vec<(PathBuf, String)> {
     let mut paths = vec!["/usr/local/bin/kubelet", "/usr/local/bin/kubectl"];
     if local_dns {
-        paths.push(crate::render::paths::COREDNS_BINARY);
-        paths.push(crate::render::paths::SUPERVISOR_BINARY);
+        paths.push(crate::paths::COREDNS_BINARY);
+        paths.push(crate::paths::SUPERVISOR_BINARY);
     }
     paths
         .into_iter()

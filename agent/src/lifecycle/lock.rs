@@ -6,10 +6,10 @@ use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
-use crate::render::write::under;
+use crate::files::under;
 
 /// Where the lock lives on the host.
-pub const PATH: &str = "/run/unbounded-agent.lock";
+pub const PATH: &str = crate::paths::LOCK;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {

@@ -17,15 +17,15 @@ pub mod change;
 pub mod error;
 pub mod execute;
 pub mod lock;
-pub mod manifest;
+pub use crate::install_state::manifest;
 pub mod node_reset;
 pub mod observe;
 pub mod plan;
-pub mod progress;
+pub use crate::progress;
 pub mod reconfigure;
 pub mod repave;
 pub mod repave_state;
-pub mod state;
+pub use crate::install_state as state;
 
 use std::path::PathBuf;
 

@@ -11,26 +11,16 @@ use super::error::LifecycleError;
 use super::progress::Progress;
 use super::{Outcome, repave_state, state};
 use crate::exec;
+use crate::files::under;
 use crate::hostnet::{self, ResetPaths, ResetReport};
 use crate::machine::machinectl;
 use crate::names::Slot;
 use crate::render::host_prep::{MODULES_FILE, SYSCTL_FILE};
 use crate::render::nspawn;
-use crate::render::write::under;
 use crate::start::node::applied_paths;
 
 /// Directories removed when they are left empty, deepest first.
-const EMPTY_DIRS: [&str; 9] = [
-    "/etc/systemd/system/machines.target.wants",
-    "/etc/unbounded/localdns",
-    "/etc/unbounded/agent",
-    "/etc/unbounded",
-    "/var/lib/unbounded/agent",
-    "/var/lib/unbounded",
-    "/etc/systemd/nspawn",
-    "/run/unbounded/bpffs",
-    "/run/unbounded",
-];
+const EMPTY_DIRS: [&str; 9] = crate::paths::EMPTY_DIRS_AFTER_RESET;
 
 fn live(root: &Path) -> bool {
     root == Path::new("/") && Path::new("/run/systemd/system").is_dir()
@@ -42,14 +32,8 @@ fn slot_files(root: &Path, slot: Slot) -> Vec<PathBuf> {
     vec![
         under(root, Path::new(&nspawn::nspawn_path(slot))),
         under(root, Path::new(&nspawn::override_path(slot))),
-        under(root, Path::new(&crate::render::paths::nspawn_drop_in(slot))),
-        under(
-            root,
-            Path::new(&format!(
-                "/etc/systemd/system/machines.target.wants/{}",
-                machinectl::nspawn_unit(slot.as_str())
-            )),
-        ),
+        under(root, Path::new(&crate::paths::nspawn_drop_in(slot))),
+        under(root, Path::new(&crate::paths::machine_enablement_link(slot))),
         applied,
         sidecar,
     ]

@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 
 use super::execute::Executor;
 use super::manifest::{self, Entry};
+use crate::files::under;
 use crate::hostnet;
-use crate::render::paths;
-use crate::render::write::under;
+use crate::paths;
 use crate::start::StartError;
 use crate::start::node;
 

@@ -7,11 +7,11 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::files::write_atomic;
 use crate::names::Slot;
-use crate::render::write::write_atomic;
 
 /// Where the record lives on the host.
-pub const PATH: &str = "/etc/unbounded/agent/repave-state.json";
+pub const PATH: &str = crate::paths::REPAVE_STATE;
 
 /// The phases, in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]

@@ -28,10 +28,7 @@ pub fn run(ctx: &Context) -> Vec<Finding> {
     if config.local_dns.is_none() {
         return vec![Finding::new(NAME, "", Severity::Ok, "LocalDNS is disabled")];
     }
-    vec![check(
-        &Request::from_config(config),
-        &Fetcher::new(probe_options()),
-    )]
+    vec![check(&config.coredns_request(), &Fetcher::new(probe_options()))]
 }
 
 /// The finding for one request: ok naming what answered, or an error saying why not.

@@ -4,8 +4,7 @@
 
 use super::HEADER;
 
-pub const SYSCTL_FILE: &str = "/etc/sysctl.d/90-unbounded-agent.conf";
-pub const MODULES_FILE: &str = "/etc/modules-load.d/unbounded-agent.conf";
+pub use crate::paths::{MODULES_FILE, SYSCTL_FILE};
 
 /// Modules containerd (overlay snapshots) and the pod bridge (`br_netfilter`) need.
 pub const MODULES: [&str; 2] = ["overlay", "br_netfilter"];

@@ -1,8 +1,8 @@
 //! Plain files in the machine rootfs: both resolv.conf files, `node-upstreams`, `environment`.
 
 use super::HEADER;
-use super::corefile::{HEALTH_NAME, READY_PORT};
 use super::paths::{COREDNS_BINARY, COREFILE};
+use crate::corefile::{HEALTH_NAME, READY_PORT};
 use crate::goal::LocalDnsGoal;
 
 /// The machine's `/etc/resolv.conf` and `/etc/unbounded/localdns/resolv.conf`:

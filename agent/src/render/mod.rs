@@ -14,13 +14,13 @@ pub mod kubelet;
 pub mod kubelet_node;
 pub mod machine;
 pub mod nspawn;
-pub mod paths;
+pub use crate::paths;
 pub mod units;
 pub mod write;
 
 use std::path::{Path, PathBuf};
 
-pub use corefile::CorefileError;
+pub use crate::corefile::CorefileError;
 pub use write::{WriteError, write_under};
 
 use crate::goal::Goal;

@@ -2,23 +2,10 @@
 //! `systemd-nspawn@<slot>.service.d/override.conf` drop-in (docs/agent.md, "Where each file lands").
 
 use super::HEADER;
-use super::paths::NSPAWN_RESOLV_CONF;
 use crate::names::Slot;
+use crate::paths::NSPAWN_RESOLV_CONF;
 
-/// `/etc/systemd/nspawn/<slot>.nspawn`.
-pub fn nspawn_path(slot: Slot) -> String {
-    format!("/etc/systemd/nspawn/{slot}.nspawn")
-}
-
-/// `/etc/systemd/system/systemd-nspawn@<slot>.service.d/override.conf`.
-pub fn override_path(slot: Slot) -> String {
-    format!("/etc/systemd/system/systemd-nspawn@{slot}.service.d/override.conf")
-}
-
-/// The host directory holding the machine's private bpffs, bound to its `/sys/fs/bpf`.
-pub fn bpffs_dir(slot: Slot) -> String {
-    format!("/run/unbounded/bpffs/{slot}")
-}
+pub use crate::paths::{bpffs_dir, nspawn_override as override_path, nspawn_settings as nspawn_path};
 
 /// The `.nspawn` file: systemd as PID 1, every capability and the host's user namespace
 /// (containerd and kubelet manage cgroups, mounts and namespaces), the extra system calls for

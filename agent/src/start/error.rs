@@ -11,7 +11,7 @@ use crate::machine::machinectl::MachineError;
 use crate::render::WriteError;
 
 use super::plan::PlanError;
-use super::state::StateError;
+use crate::install_state::StateError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {

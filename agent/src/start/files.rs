@@ -4,7 +4,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use crate::render::write::{link_atomic, under, write_atomic};
+use crate::files::{link_atomic, under, write_atomic};
 use crate::render::{Rendered, RenderedFile, RenderedLink, WriteError};
 
 /// Writes the files of `rendered` accepted by `keep` that differ from what is on disk; returns

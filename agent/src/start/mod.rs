@@ -22,7 +22,6 @@ pub mod rootfs;
 
 use std::path::Path;
 
-pub use crate::lifecycle::state;
 pub use error::StartError;
 
 use crate::validate::Config;

@@ -10,12 +10,12 @@ use std::time::Duration;
 
 use super::StartError;
 use super::rootfs::ImageArchive;
+use crate::corefile::READY_PORT;
 use crate::exec;
 use crate::hostnet::{self, NetworkSpec};
-use crate::lifecycle::progress::Progress;
 use crate::machine::MachineRunner;
 use crate::machine::machinectl::{self, MachineError, poll};
-use crate::render::corefile::READY_PORT;
+use crate::progress::Progress;
 use crate::validate::Config;
 
 /// LocalDNS `/ready` polling (docs/design.md §9): every second, up to 60 s.
@@ -196,7 +196,7 @@ pub fn kubelet(runner: &MachineRunner, waits: Waits) -> Result<(), StartError> {
 
 /// The applied config and its sidecar paths for a slot, below `root`.
 pub fn applied_paths(root: &Path, slot: crate::names::Slot) -> (std::path::PathBuf, std::path::PathBuf) {
-    let json = crate::render::write::under(root, Path::new(&crate::render::paths::applied_config(slot)));
+    let json = crate::files::under(root, Path::new(&crate::paths::applied_config(slot)));
     let mut sidecar = json.clone().into_os_string();
     sidecar.push(".sha256");
     (json, sidecar.into())

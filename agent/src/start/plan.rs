@@ -3,7 +3,6 @@
 //! settings, containerd, CNI, kubelet's unit, kubeconfig and CA, and the host's sysctl and
 //! module files.
 
-use std::net::Ipv4Addr;
 use std::path::PathBuf;
 
 use base64::Engine as _;
@@ -50,24 +49,7 @@ pub fn pod_cidr(config: &Config) -> Result<String, PlanError> {
     Ok(text.to_owned())
 }
 
-/// `a.b.c.d/n` with n in 8–30 and no bits set below the prefix.
-pub fn check_ipv4_cidr(text: &str) -> Result<(), String> {
-    let bad = || format!("{text:?} is not an IPv4 network like 10.244.1.0/24");
-    let (ip, len) = text.split_once('/').ok_or_else(bad)?;
-    let ip: Ipv4Addr = ip.parse().map_err(|_| bad())?;
-    let len: u32 = len.parse().map_err(|_| bad())?;
-    if !(8..=30).contains(&len) {
-        return Err(format!("{text:?}: prefix length {len} is outside 8-30"));
-    }
-    let host_bits = u32::from(ip) & (u32::MAX >> len);
-    if host_bits != 0 {
-        return Err(format!(
-            "{text:?} has host bits set (the network is {})",
-            Ipv4Addr::from(u32::from(ip) & !(u32::MAX >> len))
-        ));
-    }
-    Ok(())
-}
+pub use crate::names::check_ipv4_cidr;
 
 /// The pause image among `ContainerImages`: the first whose repository's last path component is
 /// `pause` (`registry.k8s.io/pause:3.10.1`). It becomes containerd's `sandbox_image`.

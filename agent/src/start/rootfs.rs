@@ -9,15 +9,15 @@ use super::error::artifact;
 use super::files::write_changed;
 use crate::artifact::source::{self, KUBECTL, KUBELET, Resolved};
 use crate::artifact::{Fetcher, checksum, coredns, offline, pinned, rootfs as rootfs_artifact};
-use crate::lifecycle::progress::Progress;
 use crate::machine::supervisor_entry;
+use crate::paths::SUPERVISOR_BINARY;
+use crate::progress::Progress;
 use crate::render::Rendered;
 use crate::render::host_prep::{MODULES_FILE, SYSCTL_FILE};
-use crate::render::paths::SUPERVISOR_BINARY;
 use crate::validate::Config;
 
 /// Where the image archives are kept inside the machine (imported from there).
-pub const IMAGES_DIR: &str = "/var/lib/unbounded/images";
+pub use crate::paths::IMAGES_DIR;
 
 /// One container image archive, installed in the machine.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,7 +102,7 @@ pub fn install_supervisor(rootfs: &Path) -> Result<bool, StartError> {
         return Ok(false);
     }
     let bytes = std::fs::read(&me).map_err(io("read", &me))?;
-    crate::render::write::write_atomic(&dest, &bytes, 0o755).map_err(io("write", &dest))?;
+    crate::files::write_atomic(&dest, &bytes, 0o755).map_err(io("write", &dest))?;
     debug_assert!(supervisor_entry::invoked_as_supervisor(SUPERVISOR_BINARY));
     Ok(true)
 }
@@ -216,8 +216,8 @@ pub fn populate(
         }
     }
     if config.local_dns.is_some() {
-        let installed = coredns::install(&coredns::Request::from_config(config), rootfs, fetcher)
-            .map_err(artifact("CoreDNS"))?;
+        let installed =
+            coredns::install(&config.coredns_request(), rootfs, fetcher).map_err(artifact("CoreDNS"))?;
         p.line(&format!("installed CoreDNS {} in the machine", installed.version));
         if install_supervisor(rootfs)? {
             p.line("installed the LocalDNS supervisor in the machine");

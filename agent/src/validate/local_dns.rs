@@ -88,7 +88,7 @@ pub fn check(
             );
         } else if t.trim().is_empty() {
             problems.push(path, "is empty; leave it out to use the built-in template");
-        } else if let Err(e) = crate::render::corefile::check_template(t) {
+        } else if let Err(e) = crate::corefile::check_template(t) {
             problems.push(path, e.to_string());
         }
     }

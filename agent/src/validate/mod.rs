@@ -2,6 +2,7 @@
 //! every problem found, each `<JSON path>: <message>`.
 
 mod checked;
+mod coredns_request;
 pub mod general;
 mod load;
 mod local_dns;
@@ -252,7 +253,7 @@ fn kubelet(raw: &RawConfig, p: &mut Problems) -> Option<Kubelet> {
         let checked = cidr
             .as_str()
             .ok_or_else(|| format!("{cidr} is not a string"))
-            .and_then(crate::start::plan::check_ipv4_cidr);
+            .and_then(crate::names::check_ipv4_cidr);
         check(checked, "Kubelet.Configuration.podCIDR", p);
     }
     for (key, want) in [

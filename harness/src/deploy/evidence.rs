@@ -33,10 +33,13 @@ pub fn node_commands() -> Vec<(&'static str, String)> {
                 "echo '--- stdout ---'; cat {GUEST_START_STDOUT}; echo '--- stderr ---'; cat {GUEST_START_STDERR}"
             ),
         ),
-        ("agent-config.json", "cat /etc/unbounded/agent/config.json".into()),
+        (
+            "agent-config.json",
+            format!("cat {}", agent::paths::OPERATOR_CONFIG),
+        ),
         (
             "install-state.json",
-            "cat /var/lib/unbounded/agent/install-state.json".into(),
+            format!("cat {}", agent::paths::INSTALL_STATE),
         ),
         (
             "machinectl-status.txt",

@@ -12,7 +12,7 @@ use crate::node_config::{LabValues, NodeConfig, NodeConfigError};
 use crate::vm::Deadlines;
 
 /// Where the harness puts the agent config in the VM.
-pub const GUEST_CONFIG: &str = "/etc/unbounded/agent/config.json";
+pub const GUEST_CONFIG: &str = agent::paths::OPERATOR_CONFIG;
 /// The agent's `HostPrefix` when the config does not set one.
 pub const DEFAULT_HOST_PREFIX: &str = "/usr/local";
 /// The agent binary's name (in `$CARGO_TARGET_DIR/debug/` and `<HostPrefix>/bin/`).

@@ -45,6 +45,12 @@ pub enum VmError {
         stdout: String,
         stderr: String,
     },
+    /// A guest command's output went past what the guest agent keeps (16 MiB): a checked command
+    /// never returns part of its output as if it were all of it.
+    #[error(
+        "VM {vm}: `{command}` printed more than the guest agent keeps; its output was cut (write it to a guest file and copy that out)"
+    )]
+    OutputTruncated { vm: String, command: String },
     #[error("VM {vm}: {source}")]
     Agent {
         vm: String,

@@ -244,13 +244,20 @@ impl GuestAgent {
 
 /// `Ok(output)` when the command exited 0, else [`VmError::CommandFailed`] with its output.
 pub fn check(vm: &str, argv: &[String], out: GuestOutput) -> Result<GuestOutput, VmError> {
-    if out.success() {
-        return Ok(out);
-    }
-    let command = match argv {
+    let command = || match argv {
         [sh, c, cmd] if sh == "/bin/sh" && c == "-c" => cmd.clone(),
         _ => argv.join(" "),
     };
+    if out.truncated {
+        return Err(VmError::OutputTruncated {
+            vm: vm.to_string(),
+            command: command(),
+        });
+    }
+    if out.success() {
+        return Ok(out);
+    }
+    let command = command();
     Err(VmError::CommandFailed {
         vm: vm.to_string(),
         command,
@@ -264,6 +271,21 @@ pub fn check(vm: &str, argv: &[String], out: GuestOutput) -> Result<GuestOutput,
 mod tests {
     use super::*;
     use crate::vm::qga::ExitKind;
+
+    #[test]
+    fn truncated_output_fails_even_with_exit_status_zero() {
+        let out = GuestOutput {
+            status: ExitKind::Code(0),
+            stdout: b"the first part\n".to_vec(),
+            stderr: Vec::new(),
+            truncated: true,
+        };
+        let err = check("node1", &shell("find /"), out).unwrap_err().to_string();
+        assert!(
+            err.contains("node1") && err.contains("find /") && err.contains("cut"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn non_zero_exit_fails_with_status_stdout_and_stderr() {

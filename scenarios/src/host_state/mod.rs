@@ -3,7 +3,8 @@
 //! (`systemctl show`), the conntrack table (`conntrack -L`), and the check that none of it — nor
 //! the machine's LocalDNS units and files — exists with LocalDNS off. Everything here is parsed
 //! from the tools' own output; nothing is taken from the agent's renderer, so scenarios can hold
-//! the agent to the design rather than to itself.
+//! the agent to the design rather than to itself. Only where things live comes from the agent:
+//! its one list of on-disk paths ([`agent::paths`], docs/agent.md "Where each file lands").
 
 //!
 //! One module per thing read: [`link`], [`nft`], [`units`] (and paths), [`conntrack`], and
@@ -28,32 +29,40 @@ pub const NFT_FAMILY: &str = "ip";
 pub const NFT_TABLE: &str = "unbounded_localdns";
 /// The comment on every NOTRACK rule.
 pub const RULE_COMMENT: &str = "unbounded-localdns: skip conntrack";
-/// The oneshot unit recreating link and table at boot, and its file.
-pub const NETWORK_UNIT: &str = "unbounded-localdns-network.service";
-pub const NETWORK_UNIT_FILE: &str = "/etc/systemd/system/unbounded-localdns-network.service";
-/// The host directory holding the nft script.
-pub const HOST_LOCALDNS_DIR: &str = "/etc/unbounded/localdns";
+/// The oneshot unit recreating link and table at boot, and its file; the host directory holding
+/// the nft script.
+pub use agent::paths::{
+    HOST_LOCALDNS_DIR, NETWORK_UNIT as NETWORK_UNIT_FILE, NETWORK_UNIT_NAME as NETWORK_UNIT,
+};
 /// The machine's LocalDNS units.
 pub const MACHINE_UNITS: [&str; 2] = ["localdns.service", "localdns.slice"];
 
+/// The machine `kube1` or `kube2` as the agent's slot.
+pub fn slot(machine: &str) -> agent::names::Slot {
+    machine
+        .parse()
+        .unwrap_or_else(|e| panic!("machine {machine:?} is not a slot of the agent: {e}"))
+}
+
 /// The nspawn drop-in that makes the machine require the network unit.
 pub fn nspawn_drop_in(machine: &str) -> String {
-    format!("/etc/systemd/system/systemd-nspawn@{machine}.service.d/10-localdns.conf")
+    agent::paths::nspawn_drop_in(slot(machine))
 }
 
 /// The machine's LocalDNS files, as paths on the host (under `/var/lib/machines/<m>`).
 pub fn machine_files(machine: &str) -> Vec<String> {
+    use agent::paths::*;
     [
-        "/etc/systemd/system/localdns.service",
-        "/etc/systemd/system/localdns.slice",
-        "/etc/systemd/system/multi-user.target.wants/localdns.service",
-        "/etc/systemd/system/containerd.service.d/05-localdns.conf",
-        "/etc/systemd/system/kubelet.service.d/05-localdns.conf",
-        "/etc/unbounded/localdns",
-        "/usr/local/bin/coredns",
-        "/usr/local/libexec/unbounded-localdns-supervisor",
+        LOCALDNS_SERVICE,
+        LOCALDNS_SLICE,
+        LOCALDNS_SERVICE_WANTS_LINK,
+        CONTAINERD_DROP_IN,
+        KUBELET_DROP_IN,
+        LOCALDNS_DIR,
+        COREDNS_BINARY,
+        SUPERVISOR_BINARY,
     ]
     .iter()
-    .map(|p| format!("/var/lib/machines/{machine}{p}"))
+    .map(|p| in_machine(slot(machine), p))
     .collect()
 }

@@ -9,12 +9,14 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::manifest::Manifest;
+pub mod manifest;
+
+use crate::files::write_atomic;
 use crate::names::Slot;
-use crate::render::write::write_atomic;
+use manifest::Manifest;
 
 /// Where the state lives on the host.
-pub const PATH: &str = "/var/lib/unbounded/agent/install-state.json";
+pub const PATH: &str = crate::paths::INSTALL_STATE;
 /// The schema this agent writes.
 pub const SCHEMA: u32 = 2;
 
@@ -52,7 +54,7 @@ impl Stage {
 pub struct OperationRecord {
     /// `reboot`, `apply`, ...
     pub kind: String,
-    /// The step entered last (its [`super::plan::Step::name`]).
+    /// The step entered last (its [`crate::lifecycle::plan::Step::name`]).
     pub step: String,
     /// SHA-256 of the config the operation brings the node to.
     pub config_sha256: String,
