@@ -120,7 +120,9 @@ pub fn status_script() -> String {
             "echo @@ready {ip}@@; curl -sS --noproxy '*' -m 5 -w '\\n%{{http_code}}' http://{ip}:{READY_PORT}/ready 2>&1; echo; "
         );
     }
-    script + "true"
+    // A last section, so whatever the guest channel appends after the output (an exit status
+    // line, say) never lands in the last listener's section.
+    script + "echo @@end@@; true"
 }
 
 /// The sections of [`status_script`]'s output: name → text.
@@ -221,9 +223,18 @@ pub fn list_nodes(cluster: &ClusterRecord) -> Result<Vec<Node>, String> {
             .args(["--request-timeout=20s", "get", "nodes", "-o", "json"]),
     )
     .map_err(|e| e.to_string())?;
-    let list: k8s_openapi::List<Node> =
-        serde_json::from_str(&out).map_err(|e| format!("parsing `kubectl get nodes -o json`: {e}"))?;
-    Ok(list.items)
+    parse_node_list(&out)
+}
+
+/// The items of `kubectl get nodes -o json`, whose `kind` is `List` (not `NodeList`).
+pub fn parse_node_list(json: &str) -> Result<Vec<Node>, String> {
+    #[derive(serde::Deserialize)]
+    struct Items {
+        items: Vec<Node>,
+    }
+    serde_json::from_str::<Items>(json)
+        .map(|l| l.items)
+        .map_err(|e| format!("parsing `kubectl get nodes -o json`: {e}"))
 }
 
 /// A VM's status without its guest and Node facts.
@@ -393,6 +404,24 @@ mod tests {
     }
 
     #[test]
+    fn kubectls_node_list_of_kind_list_parses() {
+        let json = r#"{"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""},
+            "items": [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "localdns"}}]}"#;
+        let nodes = parse_node_list(json).unwrap();
+        assert_eq!(nodes[0].metadata.name.as_deref(), Some("localdns"));
+        assert!(parse_node_list("{}").unwrap_err().contains("parsing"));
+    }
+
+    #[test]
+    fn text_after_the_last_listener_does_not_land_in_its_section() {
+        let out = "@@ready 169.254.10.11@@\nOK\n200\n@@end@@\n--- exit status 0 ---\n";
+        let sections = parse_sections(out);
+        let l = listener_of("169.254.10.11", &sections["ready 169.254.10.11"]);
+        assert!(l.ready, "{l:?}");
+        assert!(status_script().trim_end().ends_with("echo @@end@@; true"));
+    }
+
+    #[test]
     fn the_guest_output_gives_slot_localdns_and_each_listener() {
         let mut vm = a_vm();
         apply_guest(&mut vm, GUEST_OUTPUT);
@@ -438,6 +467,7 @@ mod tests {
         assert_eq!(
             names,
             [
+                "end",
                 "install-state",
                 "localdns",
                 "machines",
