@@ -1,17 +1,22 @@
 //! Evidence of a failed (or inspected) VM test: the serial log, QEMU's stderr and the guest's
 //! journal, ruleset, addresses and machines, saved under `$LAB_ARTIFACTS_DIR/<test>/<vm>/`
-//! (default `<repo>/target/lab-artifacts/`); the path and the last console lines are printed.
+//! (default `<repo>/target/lab-artifacts/`) with an `index.txt` ([`Collector`]); the path and the
+//! last console lines are printed. `harness lab logs` collects the same per VM.
+
+mod collector;
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-use crate::vm::{Vm, console};
+pub use collector::{Collector, Entry, Guest, INDEX_FILE, render_index};
+
+use crate::vm::{RunDir, Vm, console};
 
 /// Guest commands saved by default: (file name, shell command).
-pub const GUEST_COMMANDS: [(&str, &str); 4] = [
+pub const GUEST_COMMANDS: [(&str, &str); 5] = [
     ("journal.txt", "journalctl -b --no-pager"),
     ("nft-ruleset.txt", "nft list ruleset"),
     ("ip-addr.txt", "ip -d addr"),
+    ("ip-link.txt", "ip -d link"),
     ("machinectl-list.txt", "machinectl list"),
 ];
 
@@ -70,18 +75,17 @@ pub fn collect(vm: &Vm, test: &str, reason: &str) -> PathBuf {
 /// [`collect`] plus extra guest commands `(file name, shell command)`.
 pub fn collect_with(vm: &Vm, test: &str, reason: &str, extra: &[(&str, &str)]) -> PathBuf {
     let dir = test_dir(test).join(vm.name());
-    if let Err(err) = std::fs::create_dir_all(&dir) {
-        eprintln!("error: cannot create evidence directory {}: {err}", dir.display());
-        return dir;
-    }
-    let run = vm.run_dir();
-    let note = |file: &str, text: &str| {
-        if let Err(err) = std::fs::write(dir.join(file), text) {
-            eprintln!("error: writing evidence {}: {err}", dir.join(file).display());
+    let mut collector = match Collector::new(&dir, &format!("evidence of VM {} for {test}", vm.name())) {
+        Ok(collector) => collector,
+        Err(err) => {
+            eprintln!("error: cannot create evidence directory {}: {err}", dir.display());
+            return dir;
         }
     };
-    note(
+    let run = vm.run_dir();
+    collector.text(
         "reason.txt",
+        "why this evidence was collected",
         &format!(
             "{reason}\nVM {} (boot id {}, {}), run directory {}\n",
             vm.name(),
@@ -90,42 +94,10 @@ pub fn collect_with(vm: &Vm, test: &str, reason: &str, extra: &[(&str, &str)]) -
             run.dir().display()
         ),
     );
-    for (from, to) in [
-        (run.console(), "console.log"),
-        (run.stderr(), "qemu.stderr"),
-        (run.info_file(), "vm.json"),
-    ] {
-        if let Err(err) = std::fs::copy(&from, dir.join(to)) {
-            note(
-                &format!("{to}.error"),
-                &format!("copying {}: {err}\n", from.display()),
-            );
-        }
-    }
-    let commands: Vec<(&str, &str)> = GUEST_COMMANDS
-        .iter()
-        .copied()
-        .chain(extra.iter().copied())
-        .collect();
-    let mut unreachable: Option<String> = None;
-    for (file, command) in commands {
-        if let Some(why) = &unreachable {
-            note(file, &format!("$ {command}\n(not run: {why})\n"));
-            continue;
-        }
-        if !vm.is_running() {
-            unreachable = Some("QEMU is not running".into());
-            note(file, &format!("$ {command}\n(not run: QEMU is not running)\n"));
-            continue;
-        }
-        match guest_command(vm, command) {
-            Ok(text) => note(file, &format!("$ {command}\n{text}")),
-            Err(err) => {
-                note(file, &format!("$ {command}\n(failed: {err})\n"));
-                unreachable = Some(format!("the guest agent did not answer `{command}`"));
-            }
-        }
-    }
+    let running = || vm.is_running();
+    let mut guest = Guest::new(vm.agent(), &running);
+    collect_vm(&mut collector, "", run, &mut guest, extra);
+    let dir = collector.finish();
     eprintln!(
         "==> evidence of VM {} ({reason}) saved in {}\n--- last console lines ---\n{}",
         vm.name(),
@@ -144,26 +116,64 @@ pub fn on_error<T, E: std::fmt::Display>(vm: &Vm, test: &str, result: Result<T, 
     result
 }
 
-/// Runs an evidence command with short deadlines; any exit status is fine (it is recorded).
-fn guest_command(vm: &Vm, command: &str) -> Result<String, String> {
-    let deadlines = vm.deadlines();
-    let mut session = vm
-        .agent()
-        .session_within(deadlines.evidence, &|| None)
-        .map_err(|e| e.to_string())?;
-    let out = session
-        .exec(
-            &crate::vm::shell(command),
-            None,
-            deadlines.evidence * 3 + Duration::from_secs(1),
-        )
-        .map_err(|e| e.to_string())?;
-    Ok(format!(
-        "{}\n--- stderr ---\n{}\n--- {} ---\n",
-        out.stdout_text(),
-        out.stderr_text(),
-        out.status
-    ))
+/// What a guest evidence file holds, for the index: a description of the known ones, else the
+/// command (its first line, shortened).
+pub fn describe(file: &str, command: &str) -> String {
+    let known = match file {
+        "journal.txt" => "the journal since boot (`journalctl -b`)",
+        "nft-ruleset.txt" => "the nftables ruleset (`nft list ruleset`)",
+        "ip-addr.txt" => "the addresses (`ip -d addr`)",
+        "ip-link.txt" => "the links (`ip -d link`)",
+        "machinectl-list.txt" => "the running machines (`machinectl list`)",
+        "agent-start.txt" => "the stdout and stderr of `start` (/var/log/unbounded-lab/)",
+        "agent-config.json" => "the agent's config",
+        "install-state.json" => "the agent's install state (slot, stage)",
+        "machinectl-status.txt" => "each machine's `machinectl status`",
+        "host-units.txt" => "failed units, the machines' and the LocalDNS network's units",
+        "machine-journal.txt" => "each machine's journal since boot (`journalctl -M <machine> -b`)",
+        "machine-units.txt" => "each machine's failed and loaded units",
+        "kubelet-journal.txt" => "kubelet's journal in each machine",
+        "containerd-journal.txt" => "containerd's journal in each machine",
+        "localdns-journal.txt" => "localdns.service's journal in each machine",
+        _ => {
+            let line = command.lines().next().unwrap_or_default();
+            let short: String = line.chars().take(60).collect();
+            let more = if short.len() < command.len() { "..." } else { "" };
+            return format!("`{short}{more}`");
+        }
+    };
+    known.to_string()
+}
+
+/// Collects a VM's own evidence under `prefix` (`""` or `"<vm>/"`): its run directory's console,
+/// QEMU's stderr and `vm.json`, then [`GUEST_COMMANDS`] and `extra` in the guest.
+pub fn collect_vm(
+    collector: &mut Collector,
+    prefix: &str,
+    run: &RunDir,
+    guest: &mut Guest<'_>,
+    extra: &[(&str, &str)],
+) {
+    for (from, to, what) in [
+        (run.console(), "console.log", "the VM's serial console (ttyS0)"),
+        (run.stderr(), "qemu.stderr", "QEMU's stdout and stderr"),
+        (
+            run.info_file(),
+            "vm.json",
+            "what was booted (image, accelerator, overlay)",
+        ),
+    ] {
+        collector.copy_file(&format!("{prefix}{to}"), what, &from);
+    }
+    let commands: Vec<(&str, &str)> = GUEST_COMMANDS
+        .iter()
+        .copied()
+        .chain(extra.iter().copied())
+        .collect();
+    for (file, command) in commands {
+        let what = format!("{} in VM {}", describe(file, command), guest.agent.vm());
+        collector.guest(guest, &format!("{prefix}{file}"), &what, command);
+    }
 }
 
 #[cfg(test)]
@@ -178,6 +188,23 @@ mod tests {
         );
         assert_eq!(safe_name("a/b c"), "a_b_c");
         assert_eq!(safe_name(""), "unnamed");
+    }
+
+    #[test]
+    fn every_guest_evidence_file_has_a_description_and_others_show_their_command() {
+        let node = crate::deploy::evidence::node_commands();
+        for (file, command) in GUEST_COMMANDS
+            .iter()
+            .copied()
+            .chain(node.iter().map(|(f, c)| (*f, c.as_str())))
+        {
+            assert!(
+                !describe(file, command).starts_with('`'),
+                "{file} has no description"
+            );
+        }
+        assert_eq!(describe("x.txt", "uname -a"), "`uname -a`");
+        assert!(describe("x.txt", &"y".repeat(70)).ends_with("...`"));
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub mod deploy;
 pub mod evidence;
 pub mod guest_tests;
 pub mod images;
+pub mod inspect;
 pub mod lab;
 pub mod node_config;
 pub mod progress;

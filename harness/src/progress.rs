@@ -1,4 +1,5 @@
-//! Progress for long work: a spinner on a terminal, a line every 30 s elsewhere (CI).
+//! Progress for long work: a spinner on a terminal, a line every 30 s elsewhere (CI), and
+//! [`Step::line`] for events worth a line of their own (a stage of `start`, a component up).
 //!
 //! [`run_logged`] runs a build command with its output sent to a log file
 //! while showing the elapsed time and the log's last line; a failure carries
@@ -59,6 +60,20 @@ impl Step {
                 }
             }
         }
+    }
+
+    /// Prints one line of the step's progress (e.g. a stage that began): above the spinner on
+    /// a terminal, as a plain line elsewhere (CI).
+    pub fn line(&self, line: &str) {
+        match &self.bar {
+            Some(bar) => bar.println(format!("    {line}")),
+            None => eprintln!("    {line}"),
+        }
+    }
+
+    /// How long the step has run.
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed()
     }
 
     /// Ends the step, printing how long it took.

@@ -155,3 +155,51 @@ fn lab_up_with_a_missing_node_config_fails_naming_the_file_and_starts_nothing() 
     assert!(stderr.contains("node-configs/does-not-exist.json"), "{stderr}");
     assert_nothing_left(n);
 }
+
+/// `harness lab status` and `harness lab logs` from another process, on a lab without VMs or
+/// control plane: the status names the owner and the log directory; the logs directory holds
+/// the lab's record and its DNS/HTTP logs, and the index marks the cluster as not collected.
+#[test]
+fn lab_status_and_logs_describe_a_running_lab_from_another_process() {
+    let n = unused_number(3);
+    let mut up = lab_up(n);
+    let lab = n.to_string();
+    let out =
+        agent::exec::run(Command::new(HARNESS).args(["lab", "status", "--lab", &lab, "--output", "json"]))
+            .unwrap();
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(status["lab"], format!("lab-{n}"));
+    assert_eq!(status["owner"]["pid"], up.id());
+    assert_eq!(status["owner"]["alive"], true);
+    assert_eq!(status["vms"], serde_json::json!([]));
+    assert!(status["kubeconfig"].is_null(), "{status}");
+    let log_dir = status["logs"]["lab"].as_str().expect("the lab's log directory");
+    assert!(
+        std::path::Path::new(log_dir).join("dns-queries.log").is_file(),
+        "{status}"
+    );
+    let text = agent::exec::run_stdout(Command::new(HARNESS).args(["lab", "status", "--lab", &lab])).unwrap();
+    assert!(text.contains("no VMs") && text.contains(log_dir), "{text}");
+
+    let tmp = tempfile::tempdir().unwrap();
+    let into = tmp.path().join("logs");
+    let dir = agent::exec::run_stdout(
+        Command::new(HARNESS)
+            .args(["lab", "logs", "--lab", &lab, "--out"])
+            .arg(&into),
+    )
+    .unwrap();
+    assert_eq!(dir.trim(), into.display().to_string());
+    let index = std::fs::read_to_string(into.join("index.txt")).unwrap();
+    assert!(index.contains("# 4 files, 1 not collected"), "{index}");
+    assert!(index.contains("FAILED: the lab runs no control plane"), "{index}");
+    let record = std::fs::read_to_string(into.join("lab.json")).unwrap();
+    assert!(record.contains(&format!("\"name\": \"lab-{n}\"")), "{record}");
+    assert!(into.join("lab/dns-queries.log").is_file() && into.join("lab/http-requests.log").is_file());
+
+    agent::exec::run(Command::new(HARNESS).args(["lab", "down", "--lab", &lab])).unwrap();
+    assert!(wait_exit(&mut up).success());
+    assert_nothing_left(n);
+    let gone = agent::exec::run(Command::new(HARNESS).args(["lab", "status", "--lab", &lab])).unwrap_err();
+    assert!(gone.to_string().contains("is not running"), "{gone}");
+}

@@ -79,7 +79,8 @@ impl LabNode {
         let mut node = LabNode::boot(node_config)?;
         if let Err(err) = case(&mut node) {
             let dir = harness::evidence::collect(&node.vm, &node.test, &format!("{err:#}"));
-            return Err(err.context(format!("evidence in {}", dir.display())));
+            let err = err.context(format!("evidence in {}", dir.display()));
+            return Err(node::keep_if_asked(&node.lab, &node.vm, &node.test, err));
         }
         node.shutdown()
     }

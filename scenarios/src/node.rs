@@ -128,8 +128,10 @@ impl JoinedNode {
         } = booted;
         let offline_probe = if node.offline {
             let what = "proving the VM has no route to the artifact server and sees the bundle";
-            let (_, seen) = step(what, || Ok(offline::prove_and_hand_over(&lab, &vm, &artifacts)?))?;
-            Some(seen)
+            match step(what, || Ok(offline::prove_and_hand_over(&lab, &vm, &artifacts)?)) {
+                Ok((_, seen)) => Some(seen),
+                Err(err) => return Err(keep_if_asked(&lab, &vm, &test, err)),
+            }
         } else {
             None
         };
@@ -137,7 +139,11 @@ impl JoinedNode {
             Ok(harness::deploy::deploy_node_as(
                 &lab, &vm, &node, &artifacts, &test,
             )?)
-        })?;
+        });
+        let deployed = match deployed {
+            Ok(deployed) => deployed,
+            Err(err) => return Err(keep_if_asked(&lab, &vm, &test, err)),
+        };
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -176,7 +182,8 @@ impl JoinedNode {
         let mut node = JoinedNode::join_with(node_config, before_deploy)?;
         if let Err(err) = case(&mut node).and_then(|()| node.ensure_stayed_offline()) {
             let dir = node.collect_evidence(&format!("{err:#}"));
-            return Err(err.context(format!("evidence in {}", dir.display())));
+            let err = err.context(format!("evidence in {}", dir.display()));
+            return Err(keep_if_asked(&node.lab, &node.vm, &node.test, err));
         }
         node.shutdown()
     }
@@ -248,58 +255,41 @@ impl JoinedNode {
         Ok((code, out.stdout_text()))
     }
 
-    /// Saves the node's evidence (deploy extras, Nodes, Pods and Events as JSON, control plane
-    /// logs) and returns its directory.
+    /// Saves the node's evidence under `$LAB_ARTIFACTS_DIR/<test>/` with the collector of
+    /// `harness lab logs` (each VM's journals, ruleset, `start`'s output, the machine's journals,
+    /// the cluster's Nodes, Pods and Events, the control plane's logs, `index.txt`) and returns
+    /// the directory.
     pub fn collect_evidence(&self, reason: &str) -> PathBuf {
-        let dir = harness::deploy::evidence::collect(&self.vm, &self.test, reason, &[]);
-        let cluster_dir = harness::evidence::test_dir(&self.test).join("cluster");
-        if let Err(err) = self.save_cluster_objects(&cluster_dir) {
-            eprintln!(
-                "error: saving cluster objects to {}: {err:#}",
-                cluster_dir.display()
-            );
+        let dir = harness::evidence::test_dir(&self.test);
+        if let Err(err) =
+            std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(dir.join("reason.txt"), reason))
+        {
+            eprintln!("error: writing {}: {err}", dir.join("reason.txt").display());
         }
-        if let Some(cluster) = self.lab.cluster() {
-            copy_dir(&cluster.log_dir, &cluster_dir.join("logs"));
+        match self.collect_logs(&dir) {
+            Ok(dir) => eprintln!(
+                "==> evidence of {} ({reason}) saved in {} (index.txt)\n--- last console lines of {} ---\n{}",
+                self.test,
+                dir.display(),
+                self.vm.name(),
+                harness::vm::console::tail_block(&self.vm.run_dir().console(), 30)
+            ),
+            Err(err) => eprintln!("error: collecting the evidence into {}: {err:#}", dir.display()),
         }
-        eprintln!("==> cluster evidence in {}", cluster_dir.display());
         dir
     }
 
-    fn save_cluster_objects(&self, dir: &Path) -> anyhow::Result<()> {
-        use k8s_openapi::api::core::v1::{Event, Node, Pod};
-        use kube::api::{Api, ListParams};
-        std::fs::create_dir_all(dir)?;
-        let lp = ListParams::default();
-        let c = &self.client;
-        let save = |name: &str, value: anyhow::Result<serde_json::Value>| {
-            let text = match value {
-                Ok(v) => serde_json::to_string_pretty(&v).unwrap_or_default(),
-                Err(e) => format!("(failed: {e:#})"),
-            };
-            std::fs::write(dir.join(name), text)
-        };
-        let nodes = self.block_on(Api::<Node>::all(c.clone()).list(&lp));
-        save(
-            "nodes.json",
-            nodes
-                .map_err(Into::into)
-                .and_then(|l| Ok(serde_json::to_value(l.items)?)),
-        )?;
-        let pods = self.block_on(Api::<Pod>::all(c.clone()).list(&lp));
-        save(
-            "pods.json",
-            pods.map_err(Into::into)
-                .and_then(|l| Ok(serde_json::to_value(l.items)?)),
-        )?;
-        let events = self.block_on(Api::<Event>::all(c.clone()).list(&lp));
-        save(
-            "events.json",
-            events
-                .map_err(Into::into)
-                .and_then(|l| Ok(serde_json::to_value(l.items)?)),
-        )?;
-        Ok(())
+    /// `harness lab logs` of this node's lab into `dir`; returns the directory (its `index.txt`
+    /// says what each file is).
+    pub fn collect_logs(&self, dir: &Path) -> anyhow::Result<PathBuf> {
+        let view = harness::inspect::LabView::open(self.lab.number())?;
+        Ok(harness::inspect::logs::collect(&view, dir)?)
+    }
+
+    /// `harness lab status` of this node's lab.
+    pub fn status(&self) -> anyhow::Result<harness::inspect::status::LabStatus> {
+        let view = harness::inspect::LabView::open(self.lab.number())?;
+        Ok(harness::inspect::status::collect(&view))
     }
 
     /// Stops the VM, then the lab, and checks that nothing of either is left.
@@ -319,25 +309,12 @@ impl JoinedNode {
     }
 }
 
-/// Copies the files of `from` into `to` (best effort, errors printed).
-fn copy_dir(from: &Path, to: &Path) {
-    let entries = match std::fs::read_dir(from) {
-        Ok(entries) => entries,
-        Err(err) => {
-            eprintln!("error: reading {}: {err}", from.display());
-            return;
-        }
-    };
-    if let Err(err) = std::fs::create_dir_all(to) {
-        eprintln!("error: creating {}: {err}", to.display());
-        return;
+/// With `LAB_KEEP=1`, holds the failed test's lab and VM for a look until
+/// `harness lab down --lab N` or Ctrl-C ([`harness::lab::keep`]); then the error goes on.
+pub(crate) fn keep_if_asked(lab: &Lab, vm: &Vm, test: &str, err: anyhow::Error) -> anyhow::Error {
+    if harness::lab::keep::keep_on_failure() {
+        let evidence = harness::evidence::test_dir(test);
+        harness::lab::keep::hold(lab, &[vm.name()], &format!("{err:#}"), &evidence);
     }
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.is_file()
-            && let Err(err) = std::fs::copy(&path, to.join(entry.file_name()))
-        {
-            eprintln!("error: copying {}: {err}", path.display());
-        }
-    }
+    err
 }

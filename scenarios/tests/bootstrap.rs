@@ -4,7 +4,8 @@
 //! node with its log readable through the API server (`kubectl logs`). Then `start` again:
 //! on the finished node it changes nothing (files, inodes, mtimes, unit invocations), and from an
 //! install state set back to `starting-node` (standing in for a `start` killed in that stage) it
-//! resumes to `complete` with the node still Ready.
+//! resumes to `complete` with the node still Ready. `harness lab status` and `harness lab logs`
+//! (their library halves) show and collect the joined node.
 
 use std::net::Ipv4Addr;
 use std::time::Instant;
@@ -86,6 +87,8 @@ fn bootstrap(node: &mut JoinedNode) -> anyhow::Result<()> {
         scenarios::pod_dns::a_cluster_first_pod_resolves_the_kubernetes_service_through(node, cluster_dns)?;
     }
 
+    status_and_logs_show_the_node(node, &machine)?;
+
     // An ordinary pod (pod network, not hostNetwork, image never pulled) runs on the node and
     // its log comes back through the API server.
     let marker = format!("bootstrap-pod-on-{name}");
@@ -128,6 +131,81 @@ fn bootstrap(node: &mut JoinedNode) -> anyhow::Result<()> {
     interrupted_start_resumes_to_complete(node, &machine)
 }
 
+/// `harness lab status` sees the Node Ready in slot `machine` with `localdns.service` active and
+/// both listeners ready (with LocalDNS off: neither), and `harness lab logs` collects the VM's
+/// and the machine's journals, the ruleset and the Nodes, each non-empty, with nothing missing.
+fn status_and_logs_show_the_node(node: &JoinedNode, machine: &str) -> anyhow::Result<()> {
+    let status = node.status()?;
+    let text = harness::inspect::status::render_text(&status);
+    let vm = match status.vms.as_slice() {
+        [vm] => vm,
+        other => bail!(
+            "`lab status` shows {} VMs, expected the node's one:\n{text}",
+            other.len()
+        ),
+    };
+    ensure!(
+        vm.name == node.vm.name() && vm.problems.is_empty(),
+        "`lab status`:\n{text}"
+    );
+    ensure!(
+        vm.node.as_ref().is_some_and(|n| n.ready) && vm.slot.as_deref() == Some(machine),
+        "`lab status` does not show Node Ready in slot {machine}:\n{text}"
+    );
+    let listeners_ready = vm.listeners.iter().filter(|l| l.ready).count();
+    if node.node.local_dns {
+        ensure!(
+            vm.localdns.as_deref() == Some("active") && listeners_ready == 2,
+            "`lab status` does not show localdns active with both listeners ready:\n{text}"
+        );
+    } else {
+        ensure!(
+            vm.localdns.as_deref() != Some("active") && listeners_ready == 0,
+            "with LocalDNS off, `lab status` shows localdns or a listener up:\n{text}"
+        );
+    }
+    eprintln!("==> harness lab status:\n{text}");
+
+    let dir = harness::evidence::test_dir(&node.test).join("lab-logs");
+    let dir = node.collect_logs(&dir)?;
+    let index = std::fs::read_to_string(dir.join(harness::evidence::INDEX_FILE))?;
+    ensure!(
+        index.contains(" 0 not collected"),
+        "`lab logs` missed items:\n{index}"
+    );
+    let name = node.vm.name();
+    // The ruleset holds the NOTRACK table with LocalDNS on; off, the file still heads its command.
+    let ruleset = if node.node.local_dns {
+        "table ip unbounded_localdns"
+    } else {
+        "$ nft list ruleset"
+    };
+    for (file, must_contain) in [
+        (format!("{name}/journal.txt"), "systemd"),
+        (
+            format!("{name}/machine-journal.txt"),
+            &*format!("=== machine {machine}"),
+        ),
+        (format!("{name}/nft-ruleset.txt"), ruleset),
+        ("cluster/nodes.txt".to_string(), name),
+    ] {
+        let text = std::fs::read_to_string(dir.join(&file))
+            .with_context(|| format!("{file} in {}", dir.display()))?;
+        ensure!(
+            text.contains(must_contain) && index.contains(&file),
+            "`lab logs`: {file} lacks {must_contain:?} or the index does not name it:\n{index}"
+        );
+    }
+    let machine_journal = std::fs::read_to_string(dir.join(format!("{name}/machine-journal.txt")))?;
+    ensure!(
+        machine_journal.lines().count() > 10,
+        "the machine's journal is (nearly) empty:\n{machine_journal}"
+    );
+    std::fs::remove_dir_all(&dir)?;
+    Ok(())
+}
+
+const INSTALL_STATE: &str = "/var/lib/unbounded/agent/install-state.json";
 use agent::paths::INSTALL_STATE;
 
 /// A second `start` on the finished node: exit 0, and every file the agent wrote keeps its

@@ -55,6 +55,28 @@ pub enum Command {
     },
     /// List the labs on this machine: owner, VMs, whether they are stale.
     List,
+    /// The state of a running lab: each VM's Node (Ready?), machine slot, `localdns.service`
+    /// and LocalDNS listeners (`/ready` on 169.254.10.10 and .11), and where the logs are.
+    ///
+    /// `--output json` prints one object (its shape is documented in docs/lab.md).
+    Status {
+        #[command(flatten)]
+        at: LabArg,
+        /// `text` (for people) or `json` (one object, shape in docs/lab.md).
+        #[arg(long, value_enum, default_value = "text")]
+        output: super::lab_inspect::Output,
+    },
+    /// Collect everything a bug report needs from a running lab into one directory (each VM's
+    /// journal, the machine's journal, `start`'s output, ruleset, addresses and links, the
+    /// cluster's Nodes, Pods and Events, the control plane's logs) with an `index.txt`;
+    /// prints the directory.
+    Logs {
+        #[command(flatten)]
+        at: LabArg,
+        /// Where to write (default `$LAB_ARTIFACTS_DIR/lab-logs/lab-<n>-<time>`).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// Print the path of the running lab's admin kubeconfig, usable on the host as it is:
     /// `kubectl --kubeconfig "$(harness lab kubeconfig)" get nodes`.
     Kubeconfig {
@@ -88,6 +110,8 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
         ),
         Command::Down { at, timeout } => down(at.number()?, Duration::from_secs(timeout)),
         Command::List => list(),
+        Command::Status { at, output } => super::lab_inspect::status(at.number()?, output),
+        Command::Logs { at, out } => super::lab_inspect::logs(at.number()?, out),
         Command::Kubeconfig { at } => kubeconfig(at.number()?),
         Command::Kubectl { at, args } => super::lab_kubectl::run(at.number()?, &args),
     }
@@ -214,6 +238,8 @@ fn print_how_to(lab: &Lab, vm: Option<&Vm>) {
     text += &format!(
         "  in the lab: ip netns exec {} dig @{} {HAND_NAME}   (upstream DNS)\n\
          \x20 DNS/HTTP logs: {}\n\
+         \x20 status:    harness lab status [--output json]   (Node, slot, localdns, listeners)\n\
+         \x20 all logs:  harness lab logs                      (one directory for a bug report)\n\
          \x20 stop:      Ctrl-C here, or `harness lab down` from another terminal\n",
         lab.name(),
         lab.addrs().bridge_ip(),

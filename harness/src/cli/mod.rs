@@ -5,6 +5,7 @@ pub mod bench_node;
 pub mod images;
 pub mod lab;
 pub mod lab_arg;
+pub mod lab_inspect;
 pub mod lab_kubectl;
 pub mod vm;
 

@@ -43,6 +43,8 @@ pub struct ProcessControlPlane {
     components: Vec<Component>,
     forwarder: Option<Forwarder>,
     stopped: bool,
+    /// A line as each component comes up (spinner on a terminal), while starting.
+    progress: Option<crate::progress::Step>,
 }
 
 impl ProcessControlPlane {
@@ -74,6 +76,7 @@ impl ProcessControlPlane {
             components: Vec::new(),
             forwarder: None,
             stopped: false,
+            progress: Some(crate::progress::Step::start(format!("control plane of {ns}"))),
         };
 
         // The cluster DNS address is local to the namespace; the VMs reach it through
@@ -222,6 +225,9 @@ impl ProcessControlPlane {
         )?;
 
         tracing::info!(lab = %ns, took = ?started.elapsed(), "control plane up");
+        if let Some(step) = plane.progress.take() {
+            step.finish();
+        }
         Ok(plane)
     }
 
@@ -251,7 +257,17 @@ impl ProcessControlPlane {
             .find(|c| c.name() == name)
             .expect("waiting for a started component");
         let others: Vec<&Component> = self.components.iter().filter(|c| c.name() != name).collect();
-        wait_for(component, &others, what, timeout, check)
+        if let Some(step) = &self.progress {
+            step.message(&format!("{name}: waiting for {what}"));
+        }
+        let value = wait_for(component, &others, what, timeout, check)?;
+        if let Some(step) = &self.progress {
+            step.line(&format!(
+                "{name}: {what} ok at {:.1}s",
+                step.elapsed().as_secs_f64()
+            ));
+        }
+        Ok(value)
     }
 
     /// Runs the host's kubectl with the admin kubeconfig; its stdout, or its error as text.

@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::Node;
 
 use super::error::DeployError;
 use super::offline::{self, OfflineError};
-use super::ready::{NotReady, ready_since, wait_node_ready};
+use super::ready::{NotReady, ready_since, wait_node_ready_showing};
 use super::{DeployedNode, deploy_node_as};
 use crate::artifacts::{ArtifactsError, LabArtifacts};
 use crate::cache::Cache;
@@ -88,7 +88,15 @@ pub fn join(lab: &Lab, vm: &Vm, node: &NodeConfig, cache: &Cache, test: &str) ->
         .block_on(cluster.client())
         .map_err(|e| JoinError::Client(Box::new(e)))?;
     let timeout = vm.deadlines().command * READY_COMMAND_DEADLINES;
-    let ready = match runtime.block_on(wait_node_ready(&client, &deployed.name, timeout)) {
+    let step = crate::progress::Step::start(format!("waiting for Node {} to be Ready", deployed.name));
+    let waited = runtime.block_on(wait_node_ready_showing(
+        &client,
+        &deployed.name,
+        timeout,
+        &|now| step.line(&format!("Node {}: {now}", deployed.name)),
+    ));
+    step.finish();
+    let ready = match waited {
         Ok(ready) => ready,
         Err(source) => {
             let evidence = super::evidence::collect(vm, test, &source.to_string(), &[]);

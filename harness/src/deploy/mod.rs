@@ -22,6 +22,7 @@ pub mod offline;
 pub mod plan;
 pub mod ready;
 pub mod start;
+pub mod stream;
 
 use std::net::Ipv4Addr;
 use std::time::Duration;

@@ -56,15 +56,30 @@ pub fn node_is_ready(node: &Node) -> bool {
 /// Waits until Node `name` is registered and Ready; the error says whether it ever registered
 /// and its last conditions.
 pub async fn wait_node_ready(client: &Client, name: &str, timeout: Duration) -> Result<Node, NotReady> {
+    wait_node_ready_showing(client, name, timeout, &|_| ()).await
+}
+
+/// [`wait_node_ready`] calling `show` with what the Node looks like each time that changes.
+pub async fn wait_node_ready_showing(
+    client: &Client,
+    name: &str,
+    timeout: Duration,
+    show: &dyn Fn(&str),
+) -> Result<Node, NotReady> {
     let nodes: Api<Node> = Api::all(client.clone());
     let started = Instant::now();
     let mut last = "the Node is not registered".to_string();
+    show(&last);
     loop {
+        let before = last.clone();
         match nodes.get_opt(name).await {
             Ok(Some(node)) if node_is_ready(&node) => return Ok(node),
             Ok(Some(node)) => last = format!("registered, not Ready: {}", describe_conditions(&node)),
             Ok(None) => {}
             Err(err) => last = format!("asking the API server: {err}"),
+        }
+        if last != before {
+            show(&last);
         }
         if started.elapsed() >= timeout {
             return Err(NotReady {

@@ -1,5 +1,6 @@
 //! The executor of a [`DeployPlan`] on a VM: copy the agent and its config in, run `start`
-//! under a deadline with its output kept in the guest, and collect the evidence on failure.
+//! under a deadline with its output kept in the guest and its progress lines shown as they come
+//! ([`super::stream`]), and collect the evidence on failure.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -72,14 +73,17 @@ pub fn deploy_plan(vm: &Vm, plan: DeployPlan, agent: &Path, test: &str) -> Resul
         "sh".into(),
     ];
     argv.extend(plan.start_argv());
-    let started = Instant::now();
-    let out = vm
-        .argv(argv)
-        .allow_failure()
-        .timeout(limit + Duration::from_secs(60))
-        .run()
-        .map_err(|e| vm_err("running `start`", e, &plan))?;
-    let took = started.elapsed();
+    // `start`'s progress lines, shown as they are written (a spinner on a terminal).
+    let step = crate::progress::Step::start(format!("`start` on node {node}"));
+    let out = super::stream::run_showing(
+        vm,
+        &argv,
+        limit + Duration::from_secs(60),
+        GUEST_START_STDOUT,
+        &|line| step.line(line),
+    )
+    .map_err(|e| vm_err("running `start`", e, &plan))?;
+    let took = step.finish();
     let read = |path: &str| {
         vm.read_file(path)
             .map(|b| String::from_utf8_lossy(&b).into_owned())

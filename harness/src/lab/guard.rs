@@ -167,8 +167,25 @@ impl Lab {
         if let Some(images) = &cluster_images {
             lab.cluster = Some(super::cluster::start(images, &addrs, &lab.run_dir, &lab.log_dir)?);
         }
+        lab.record().write(&lab.run_dir)?;
         tracing::info!(lab = %name, took = ?started.elapsed(), swept = ?lab.swept, "lab up");
         Ok(lab)
+    }
+
+    /// What other processes learn of this lab from its `lab.json` ([`super::record`]).
+    pub fn record(&self) -> super::record::LabRecord {
+        super::record::LabRecord {
+            name: self.name(),
+            number: self.number(),
+            log_dir: self.log_dir.clone(),
+            cluster: self.cluster().map(|c| super::record::ClusterRecord {
+                admin_kubeconfig: c.admin_kubeconfig.clone(),
+                kubectl: c.kubectl.clone(),
+                log_dir: c.log_dir.clone(),
+                host_api_server: c.host_api_server.clone(),
+                kubernetes_version: c.kubernetes_version.clone(),
+            }),
+        }
     }
 
     /// The lab number `n`.

@@ -37,9 +37,11 @@ mod dns_server;
 pub mod error;
 mod guard;
 pub mod http;
+pub mod keep;
 pub mod netns;
 pub mod offline;
 pub mod owner;
+pub mod record;
 mod services;
 pub mod signals;
 

@@ -1,0 +1,43 @@
+//! `harness lab status` and `harness lab logs`: a running lab seen from another terminal
+//! (see `harness::inspect`).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use harness::inspect::{LabView, logs, status};
+
+/// `--output` of `harness lab status`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    Text,
+    Json,
+}
+
+/// Prints the lab's status (exit 0 once it could be gathered; the facts say what is wrong).
+pub fn status(number: u8, output: Output) -> anyhow::Result<ExitCode> {
+    let view = LabView::open(number)?;
+    let status = status::collect(&view);
+    match output {
+        Output::Text => print!("{}", status::render_text(&status)),
+        Output::Json => println!("{}", serde_json::to_string_pretty(&status)?),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Collects the lab's logs into `out` (default under `$LAB_ARTIFACTS_DIR/lab-logs/`) and prints
+/// the directory on stdout.
+pub fn logs(number: u8, out: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    let view = LabView::open(number)?;
+    let dir = out.unwrap_or_else(|| logs::default_dir(number));
+    eprintln!(
+        "==> collecting the logs of {} into {} ...",
+        view.name,
+        dir.display()
+    );
+    let dir = logs::collect(&view, &dir).with_context(|| format!("creating {}", dir.display()))?;
+    let index = std::fs::read_to_string(dir.join(harness::evidence::INDEX_FILE)).unwrap_or_default();
+    eprint!("{index}");
+    println!("{}", dir.display());
+    Ok(ExitCode::SUCCESS)
+}
