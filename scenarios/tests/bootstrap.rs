@@ -205,7 +205,6 @@ fn status_and_logs_show_the_node(node: &JoinedNode, machine: &str) -> anyhow::Re
     Ok(())
 }
 
-const INSTALL_STATE: &str = "/var/lib/unbounded/agent/install-state.json";
 use agent::paths::INSTALL_STATE;
 
 /// A second `start` on the finished node: exit 0, and every file the agent wrote keeps its
