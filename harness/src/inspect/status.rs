@@ -38,7 +38,7 @@ use crate::deploy::ready::{describe_conditions, node_is_ready};
 use crate::lab::record::ClusterRecord;
 
 /// The agent's install state in the VM (its `slot` names the machine).
-pub const INSTALL_STATE: &str = "/var/lib/unbounded/agent/install-state.json";
+pub use agent::paths::INSTALL_STATE;
 /// The LocalDNS listeners (node, cluster) and their readiness port.
 pub const LISTENERS: [&str; 2] = ["169.254.10.10", "169.254.10.11"];
 pub const READY_PORT: u16 = 8181;
