@@ -89,7 +89,7 @@ pub fn run(exec: &mut Executor) -> Result<(), StartError> {
     let stale = manifest::stale(&old, &new);
     let mut all = manifest::changed(&old, &new);
     for path in &stale {
-        remove(&exec.root, path)?;
+        remove(&exec.root, &rootfs, path)?;
         exec.line(&format!("removed {}", path.display()));
     }
     all.extend(stale.iter().cloned());
@@ -102,9 +102,18 @@ pub fn run(exec: &mut Executor) -> Result<(), StartError> {
         runner.run(&["systemctl", "daemon-reload"])?;
     }
     let config = &exec.config().config;
-    if was_on && !now_on {
-        runner.run(&["systemctl", "stop", "localdns.service"])?;
-        exec.line("stopped localdns.service");
+    // Off: always brought down (each part idempotent), so a re-run after an interruption whose
+    // records already say "off" still converges.
+    if !now_on {
+        // The slice outlives its service (and its removed unit file) until it is stopped too. A
+        // unit already down is left alone: with its file gone `systemctl stop` would fail on it
+        // (a re-run after an interruption).
+        for unit in ["localdns.service", "localdns.slice"] {
+            if runner.unit_state(unit)? != "inactive" {
+                runner.run(&["systemctl", "stop", unit])?;
+                exec.line(&format!("stopped {unit}"));
+            }
+        }
         let report = hostnet::reset(&hostnet::ResetPaths::new(&exec.root));
         for line in report.to_string().lines() {
             exec.line(line);
@@ -119,17 +128,18 @@ pub fn run(exec: &mut Executor) -> Result<(), StartError> {
     }
     if now_on {
         node::host_network(config, exec.progress)?;
-        if !was_on && exec.root == Path::new("/") {
+        // `systemctl start` leaves a running unit alone, so these converge on a re-run too.
+        if exec.root == Path::new("/") {
             crate::exec::run(
                 std::process::Command::new("systemctl").args(["start", paths::NETWORK_UNIT_NAME]),
             )?;
         }
-        if !was_on {
-            runner.run(&["systemctl", "start", "localdns.service"])?;
-            exec.line("started localdns.service");
-        } else if t.localdns {
+        if was_on && t.localdns {
             runner.run(&["systemctl", "restart", "localdns.service"])?;
             exec.line("restarted localdns.service");
+        } else {
+            runner.run(&["systemctl", "start", "localdns.service"])?;
+            exec.line("localdns.service running");
         }
         node::localdns_ready(config, exec.waits, exec.progress)?;
     }
@@ -147,8 +157,9 @@ pub fn run(exec: &mut Executor) -> Result<(), StartError> {
 }
 
 /// Removes a file or link the agent wrote (absent is fine), then its parent directory if that
-/// became empty and is ours (a `*.d` drop-in directory, one below `/etc/unbounded`).
-fn remove(root: &Path, path: &Path) -> Result<(), StartError> {
+/// became empty and is ours: a `*.d` drop-in directory, or one at or below the LocalDNS directory
+/// (`/etc/unbounded/localdns`, on the host or in the machine whose rootfs is `rootfs`).
+fn remove(root: &Path, rootfs: &Path, path: &Path) -> Result<(), StartError> {
     let at = under(root, path);
     match std::fs::remove_file(&at) {
         Ok(()) => {}
@@ -161,17 +172,51 @@ fn remove(root: &Path, path: &Path) -> Result<(), StartError> {
             });
         }
     }
-    if let Some(dir) = at.parent()
-        && (dir.extension().is_some_and(|e| e == "d") || path.starts_with("/etc/unbounded"))
-    {
-        let _ = std::fs::remove_dir(dir);
+    let mut dir = path.parent();
+    while let Some(d) = dir.filter(|d| ours(d, rootfs)) {
+        if std::fs::remove_dir(under(root, d)).is_err() {
+            break;
+        }
+        dir = d.parent();
     }
     Ok(())
+}
+
+/// A directory the agent may remove once it is empty.
+fn ours(dir: &Path, rootfs: &Path) -> bool {
+    let local = match dir.strip_prefix(rootfs) {
+        Ok(inside) => Path::new("/").join(inside),
+        Err(_) => dir.to_path_buf(),
+    };
+    local.extension().is_some_and(|e| e == "d") || local.starts_with(paths::LOCALDNS_DIR)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn removing_the_last_localdns_file_removes_its_directories_in_the_machine_and_only_those() {
+        let root = tempfile::tempdir().unwrap();
+        let rootfs = Path::new("/var/lib/machines/kube1");
+        let corefile = rootfs.join(paths::COREFILE.trim_start_matches('/'));
+        let drop_in = rootfs.join(paths::KUBELET_DROP_IN.trim_start_matches('/'));
+        let kept = rootfs.join("etc/unbounded/rootfs.sha256");
+        for f in [&corefile, &drop_in, &kept] {
+            crate::files::write_atomic(&under(root.path(), f), b"x", 0o644).unwrap();
+        }
+        remove(root.path(), rootfs, &corefile).unwrap();
+        remove(root.path(), rootfs, &drop_in).unwrap();
+        let exists = |p: &Path| under(root.path(), p).exists();
+        assert!(!exists(&rootfs.join("etc/unbounded/localdns")));
+        assert!(!exists(&rootfs.join("etc/systemd/system/kubelet.service.d")));
+        assert!(exists(&kept), "a file that is not LocalDNS's was removed");
+        assert!(
+            exists(&rootfs.join("etc/systemd/system")),
+            "a directory not ours was removed"
+        );
+        remove(root.path(), rootfs, &corefile).unwrap();
+    }
 
     #[test]
     fn touched_paths_name_what_reloads_and_restarts() {
