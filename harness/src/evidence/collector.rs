@@ -119,12 +119,14 @@ impl Collector {
         self.record(file, what, problem);
     }
 
-    fn write(&self, file: &str, text: &str) -> Result<(), String> {
+    /// Writes `data` to `file`, creating its directory (`<vm>/console.log` before anything else
+    /// of that VM).
+    fn write(&self, file: &str, data: impl AsRef<[u8]>) -> Result<(), String> {
         let path = self.dir.join(file);
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(|e| format!("creating {}: {e}", parent.display()))?;
         }
-        std::fs::write(&path, text).map_err(|e| format!("writing {}: {e}", path.display()))
+        std::fs::write(&path, data).map_err(|e| format!("writing {}: {e}", path.display()))
     }
 
     /// Writes the outcome of an item: its text, or the failure (written into `file` too, so the
@@ -153,10 +155,7 @@ impl Collector {
     pub fn copy_file(&mut self, file: &str, what: &str, from: &Path) {
         let outcome = std::fs::read(from)
             .map_err(|e| format!("reading {}: {e}", from.display()))
-            .and_then(|data| {
-                let path = self.dir.join(file);
-                std::fs::write(&path, data).map_err(|e| format!("writing {}: {e}", path.display()))
-            });
+            .and_then(|data| self.write(file, data));
         self.record(file, what, outcome.err());
     }
 
@@ -225,6 +224,22 @@ pub fn render_index(title: &str, entries: &[Entry]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_host_file_is_copied_into_a_directory_not_made_yet() {
+        let tmp = tempfile::tempdir().unwrap();
+        let from = tmp.path().join("console.log");
+        std::fs::write(&from, "boot\n").unwrap();
+        let mut collector = Collector::new(&tmp.path().join("out"), "t").unwrap();
+        collector.copy_file("localdns/console.log", "the console", &from);
+        let dir = collector.finish();
+        let index = std::fs::read_to_string(dir.join(INDEX_FILE)).unwrap();
+        assert!(index.contains("# 1 files, 0 not collected"), "{index}");
+        assert_eq!(
+            std::fs::read_to_string(dir.join("localdns/console.log")).unwrap(),
+            "boot\n"
+        );
+    }
 
     #[test]
     fn the_index_names_every_file_and_marks_what_failed_without_stopping_the_rest() {
