@@ -40,17 +40,48 @@ pub fn agent(node: &JoinedNode, args: &str) -> anyhow::Result<String> {
     Ok(text)
 }
 
+/// How [`kill_agent_in_or_see_it_finish`] ended.
+#[derive(Debug)]
+pub enum Killed {
+    /// Killed with SIGKILL in the step; what it had printed.
+    At(String),
+    /// The run ended by itself before the step showed; what it printed.
+    FinishedFirst(String),
+}
+
 /// Starts `unbounded-agent <args>` in the background on the node, waits until `file` on the node
 /// contains `marker` (the step the run must be in), then kills the agent with SIGKILL. Returns
 /// what the killed run had printed.
 pub fn kill_agent_in(node: &JoinedNode, args: &str, file: &str, marker: &str) -> anyhow::Result<String> {
+    match kill_agent_in_or_see_it_finish(node, args, file, marker)? {
+        Killed::At(printed) => Ok(printed),
+        Killed::FinishedFirst(printed) => {
+            anyhow::bail!("`unbounded-agent {args}` ended before {marker:?} showed in {file}:\n{printed}")
+        }
+    }
+}
+
+/// As [`kill_agent_in`], but a run that ends by itself before `marker` shows (a last step too
+/// quick to catch) is [`Killed::FinishedFirst`], not an error.
+pub fn kill_agent_in_or_see_it_finish(
+    node: &JoinedNode,
+    args: &str,
+    file: &str,
+    marker: &str,
+) -> anyhow::Result<Killed> {
     let log = "/var/log/unbounded-lab/killed-run.log";
-    node.vm.run(&format!(
-        "rm -f {log}; (setsid {} {args} >{log} 2>&1 &)",
-        node.deployed.guest_agent
-    ))?;
+    let agent = &node.deployed.guest_agent;
+    node.vm
+        .run(&format!("rm -f {log}; (setsid {agent} {args} >{log} 2>&1 &)"))?;
+    let running = || -> anyhow::Result<bool> {
+        let pids = node.vm.run_unchecked(&format!("pgrep -f '^{agent} {args}'"))?;
+        Ok(!pids.stdout_text().trim().is_empty())
+    };
     let deadline = Instant::now() + node.deadline(5);
     loop {
+        // Whether it still ran is read before the file, so a run that wrote the marker and then
+        // ended is caught in the step, not taken for one that never reached it.
+        let was_running = running()?;
         let seen = node
             .vm
             .run_unchecked(&format!("cat {file} 2>/dev/null"))?
@@ -59,6 +90,10 @@ pub fn kill_agent_in(node: &JoinedNode, args: &str, file: &str, marker: &str) ->
             break;
         }
         let printed = node.vm.run_unchecked(&format!("cat {log}"))?.stdout_text();
+        if !was_running {
+            eprintln!("==> `unbounded-agent {args}` ended before {marker:?} showed in {file}");
+            return Ok(Killed::FinishedFirst(printed));
+        }
         ensure!(
             Instant::now() < deadline,
             "`unbounded-agent {args}` never reached {marker:?} in {file}; it printed:\n{printed}"
@@ -66,23 +101,22 @@ pub fn kill_agent_in(node: &JoinedNode, args: &str, file: &str, marker: &str) ->
         std::thread::sleep(std::time::Duration::from_millis(500));
     }
     // Anchored, so the shell running pkill (whose command line holds the pattern) is spared.
-    node.vm
-        .run(&format!("pkill -KILL -f '^{} {args}'", node.deployed.guest_agent))?;
-    std::thread::sleep(std::time::Duration::from_secs(1));
-    let alive = node
+    let killed = node
         .vm
-        .run_unchecked(&format!("pgrep -f '^{} {args}'", node.deployed.guest_agent))?
-        .stdout_text();
-    ensure!(
-        alive.trim().is_empty(),
-        "the agent survived SIGKILL: pids {alive}"
-    );
+        .run_unchecked(&format!("pkill -KILL -f '^{agent} {args}'"))?;
+    if !killed.success() {
+        // pkill matched nothing: the run ended by itself right after writing the marker.
+        eprintln!("==> `unbounded-agent {args}` ended in {marker:?} before it could be killed");
+        return Ok(Killed::FinishedFirst(node.vm.run(&format!("cat {log}"))?));
+    }
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    ensure!(!running()?, "the agent survived SIGKILL");
     let printed = node.vm.run(&format!("cat {log}"))?;
     eprintln!(
         "==> killed `unbounded-agent {args}` at {marker:?}; it had printed:\n{}",
         printed.lines().rev().take(3).collect::<Vec<_>>().join("\n")
     );
-    Ok(printed)
+    Ok(Killed::At(printed))
 }
 
 /// The Node's `status.nodeInfo.bootID` (kubelet reports the machine's boot id).

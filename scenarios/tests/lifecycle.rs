@@ -17,8 +17,8 @@ use scenarios::host_state::{
     read_nft_tables, unit_properties,
 };
 use scenarios::lifecycle::{
-    HostListing, agent, ensure_localdns_ready_before_kubelet, ensure_sleeper_survived, kill_agent_in,
-    node_boot_id, start_sleeper, wait_new_boot_id,
+    HostListing, Killed, agent, ensure_localdns_ready_before_kubelet, ensure_sleeper_survived, kill_agent_in,
+    kill_agent_in_or_see_it_finish, node_boot_id, start_sleeper, wait_new_boot_id,
 };
 use scenarios::node::JoinedNode;
 use scenarios::pod_dns::a_cluster_first_pod_resolves_the_kubernetes_service_through;
@@ -59,7 +59,7 @@ fn a_node_repaves_to_kube2_and_back_and_reset_leaves_the_host_as_before_start() 
             let name = node.deployed.name.clone();
             node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
             repave(node, "kube1", "kube2")?;
-            repave_killed_while_starting_then_run_again(node, "kube2", "kube1")?;
+            repave_killed_in_each_phase_then_run_again(node, "kube2", "kube1")?;
             reset_and_start_again(node, &before)
         },
     )
@@ -271,25 +271,43 @@ fn repave(node: &mut JoinedNode, from: &str, to: &str) -> anyhow::Result<()> {
     ensure_repaved(node, from, to, &old)
 }
 
-/// A repave killed with SIGKILL while its target starts (after the source stopped), then run
-/// again: the second run re-enters `starting` and finishes; the node ends in `to` only.
-fn repave_killed_while_starting_then_run_again(
+/// A repave killed with SIGKILL in each of its phases in turn, each kill followed by a run that
+/// re-enters the recorded phase (the next kill catches it in the next phase), then one run to
+/// the end: the node ends in `to` only, as after an uninterrupted repave. A `cleaning` too quick
+/// to catch is reported and the repave counts as finished.
+fn repave_killed_in_each_phase_then_run_again(
     node: &mut JoinedNode,
     from: &str,
     to: &str,
 ) -> anyhow::Result<()> {
     let old = node_boot_id(node)?;
-    kill_agent_in(
-        node,
-        "repave",
-        agent::paths::REPAVE_STATE,
-        "\"phase\": \"starting\"",
-    )?;
-    let out = agent(node, "repave")?;
-    ensure!(
-        out.contains("repave: steps starting → verifying → committed → cleaning → finish-repave"),
-        "the second repave did not resume at starting:\n{out}"
-    );
+    let mut finished = false;
+    let phases = ["preparing", "switching", "starting", "verifying", "cleaning"];
+    for (i, phase) in phases.iter().enumerate() {
+        let marker = format!("\"phase\": \"{phase}\"");
+        // Each run after a kill re-enters the phase the kill interrupted.
+        let resumed = format!("repave: steps {}", phases[i.saturating_sub(1)]);
+        match kill_agent_in_or_see_it_finish(node, "repave", agent::paths::REPAVE_STATE, &marker)? {
+            Killed::At(printed) => ensure!(
+                printed.contains(&resumed),
+                "the run killed in {phase} did not start at its recorded phase ({resumed:?}):\n{printed}"
+            ),
+            Killed::FinishedFirst(printed) => {
+                ensure!(
+                    *phase == "cleaning" && printed.contains("repave: done"),
+                    "the repave ended before it reached {phase}:\n{printed}"
+                );
+                finished = true;
+            }
+        }
+    }
+    if !finished {
+        let out = agent(node, "repave")?;
+        ensure!(
+            out.contains("repave: steps cleaning → finish-repave"),
+            "the last repave did not resume at cleaning:\n{out}"
+        );
+    }
     ensure_repaved(node, from, to, &old)
 }
 

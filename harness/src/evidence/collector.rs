@@ -135,7 +135,7 @@ impl Collector {
         match outcome {
             Ok(text) => self.text(file, what, &text),
             Err(why) => {
-                let problem = match self.write(file, &format!("({why})\n")) {
+                let problem = match self.write(file, format!("({why})\n")) {
                     Ok(()) => why,
                     Err(write) => format!("{why}; {write}"),
                 };
