@@ -8,6 +8,7 @@ pub mod from_config;
 pub mod link;
 pub mod model;
 pub mod nft;
+pub mod node_leftovers;
 pub mod plan;
 pub mod reset;
 

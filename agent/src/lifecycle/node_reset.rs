@@ -1,7 +1,8 @@
 //! `reset`: everything of the agent's removed from the host — both slots' machines (stopped,
 //! disabled, terminated), rootfs, `.nspawn` files and unit drop-ins, the LocalDNS host network
-//! (link, table, unit, script), the kernel settings files, the install and repave records and the
-//! applied configs — then `daemon-reload`. It keeps going past errors and reports everything it
+//! (link, table, unit, script), what the node's processes left in the shared network namespace
+//! (the CNI bridge, the `KUBE-*`/`CNI-*` nft chains), the kernel settings files, the install and
+//! repave records and the applied configs — then `daemon-reload`. It keeps going past errors and reports everything it
 //! could not remove; a second reset finds nothing to do. `--dry-run` lists what it would remove.
 
 use std::path::{Path, PathBuf};
@@ -160,6 +161,7 @@ pub fn plan(root: &Path) -> Vec<String> {
         if Path::new("/sys/class/net").join(hostnet::LINK_NAME).exists() {
             out.push(format!("delete link {}", hostnet::LINK_NAME));
         }
+        out.extend(hostnet::node_leftovers::plan());
     }
     for f in host_files(root) {
         if f.exists() {
@@ -180,6 +182,9 @@ pub fn reset(root: &Path) -> ResetReport {
     let net = hostnet::reset(&ResetPaths::new(root));
     report.removed.extend(net.removed);
     report.failed.extend(net.failed);
+    if live(root) {
+        hostnet::node_leftovers::remove(&mut report);
+    }
     for f in host_files(root) {
         remove_path(&mut report, &f);
     }
