@@ -35,10 +35,10 @@ fn a_node_reboots_turns_localdns_off_and_on_in_place_and_survives_a_host_reboot(
     JoinedNode::run_case(&node_config(), |node| {
         let name = node.deployed.name.clone();
         node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
-        let sleeper = start_sleeper(node, "lifecycle-sleeper")?;
-
         managed_reboot(node)?;
         a_rebuilt_agent_restarts_localdns_and_an_unchanged_one_does_not(node)?;
+        // After the reboot (which restarts every container): it must survive LocalDNS off and on.
+        let sleeper = start_sleeper(node, "lifecycle-sleeper")?;
         localdns_off_in_place(node, &sleeper)?;
         localdns_on_in_place(node, &sleeper)?;
         host_reboot(node)

@@ -139,7 +139,11 @@ pub fn run(exec: &mut Executor) -> Result<(), StartError> {
             exec.line("restarted localdns.service");
         } else {
             runner.run(&["systemctl", "start", "localdns.service"])?;
-            exec.line("localdns.service running");
+            exec.line(if was_on {
+                "localdns.service running"
+            } else {
+                "started localdns.service"
+            });
         }
         node::localdns_ready(config, exec.waits, exec.progress)?;
     }
