@@ -13,6 +13,7 @@ pub mod install_state;
 pub mod lifecycle;
 pub mod machina;
 pub mod machine;
+pub mod manual_bootstrap;
 pub mod names;
 pub mod paths;
 pub mod preflight;
