@@ -13,7 +13,9 @@ use crate::vm::{RunDir, Vm, console};
 
 /// Guest commands saved by default: (file name, shell command).
 pub const GUEST_COMMANDS: [(&str, &str); 5] = [
-    ("journal.txt", "journalctl -b --no-pager"),
+    // `--sync` first: read while journald writes (right after a resume, under load) journalctl
+    // can find the file "truncated", ignore it and print no entries at all.
+    ("journal.txt", "journalctl --sync; journalctl -b --no-pager"),
     ("nft-ruleset.txt", "nft list ruleset"),
     ("ip-addr.txt", "ip -d addr"),
     ("ip-link.txt", "ip -d link"),
