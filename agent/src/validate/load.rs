@@ -42,6 +42,18 @@ pub fn load_lenient(mut value: Value) -> (Option<RawConfig>, Problems) {
         };
         match result {
             Ok(raw) => {
+                // serde reads a struct from a JSON array too (its fields in order): a section
+                // given as a list is an error, not a config.
+                let output = serde_json::to_value(&raw).unwrap_or_default();
+                let mut lists = Vec::new();
+                lists_read_as_objects(&value, &output, &mut Vec::new(), &mut lists);
+                if !lists.is_empty() {
+                    for segments in lists.iter().rev() {
+                        problems.push(render(segments), "expected a JSON object, found a list");
+                        remove(&mut value, segments);
+                    }
+                    continue;
+                }
                 for path in unknown {
                     problems.push(path, "unknown field");
                 }
@@ -68,12 +80,43 @@ enum Seg {
 }
 
 impl Seg {
+    fn copy(&self) -> Seg {
+        match self {
+            Seg::Key(k) => Seg::Key(k.clone()),
+            Seg::Index(i) => Seg::Index(*i),
+        }
+    }
+
     fn from_error_segment(s: &serde_path_to_error::Segment) -> Option<Seg> {
         match s {
             serde_path_to_error::Segment::Seq { index } => Some(Seg::Index(*index)),
             serde_path_to_error::Segment::Map { key } => Some(Seg::Key(key.clone())),
             _ => None,
         }
+    }
+}
+
+/// The places where the input holds a list and the parsed config (serialized back) an object.
+fn lists_read_as_objects(input: &Value, output: &Value, at: &mut Vec<Seg>, found: &mut Vec<Vec<Seg>>) {
+    match (input, output) {
+        (Value::Array(_), Value::Object(_)) => found.push(at.iter().map(Seg::copy).collect()),
+        (Value::Object(i), Value::Object(o)) => {
+            for (key, value) in i {
+                if let Some(out) = o.get(key) {
+                    at.push(Seg::Key(key.clone()));
+                    lists_read_as_objects(value, out, at, found);
+                    at.pop();
+                }
+            }
+        }
+        (Value::Array(i), Value::Array(o)) => {
+            for (n, (value, out)) in i.iter().zip(o).enumerate() {
+                at.push(Seg::Index(n));
+                lists_read_as_objects(value, out, at, found);
+                at.pop();
+            }
+        }
+        _ => {}
     }
 }
 
@@ -130,6 +173,18 @@ fn remove(value: &mut Value, path: &[Seg]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_section_given_as_a_list_is_an_error_at_its_path_not_a_config() {
+        assert_eq!(
+            lines(r#"{"Kubelet": ["", null, {"": ""}]}"#),
+            ["Kubelet: expected a JSON object, found a list"]
+        );
+        assert_eq!(
+            lines(r#"{"Kubelet": {"Auth": ["abcdef.0123456789abcdef"]}}"#),
+            ["Kubelet.Auth: expected a JSON object, found a list"]
+        );
+    }
 
     fn lines(text: &str) -> Vec<String> {
         load_str(text)
