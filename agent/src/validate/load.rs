@@ -74,19 +74,13 @@ pub fn load_lenient(mut value: Value) -> (Option<RawConfig>, Problems) {
     (None, problems)
 }
 
+#[derive(Clone)]
 enum Seg {
     Key(String),
     Index(usize),
 }
 
 impl Seg {
-    fn copy(&self) -> Seg {
-        match self {
-            Seg::Key(k) => Seg::Key(k.clone()),
-            Seg::Index(i) => Seg::Index(*i),
-        }
-    }
-
     fn from_error_segment(s: &serde_path_to_error::Segment) -> Option<Seg> {
         match s {
             serde_path_to_error::Segment::Seq { index } => Some(Seg::Index(*index)),
@@ -99,7 +93,7 @@ impl Seg {
 /// The places where the input holds a list and the parsed config (serialized back) an object.
 fn lists_read_as_objects(input: &Value, output: &Value, at: &mut Vec<Seg>, found: &mut Vec<Vec<Seg>>) {
     match (input, output) {
-        (Value::Array(_), Value::Object(_)) => found.push(at.iter().map(Seg::copy).collect()),
+        (Value::Array(_), Value::Object(_)) => found.push(at.clone()),
         (Value::Object(i), Value::Object(o)) => {
             for (key, value) in i {
                 if let Some(out) = o.get(key) {
