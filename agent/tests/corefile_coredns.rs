@@ -8,72 +8,23 @@
 //! `~/.cache/unbounded-lab`) or given as `$LOCALDNS_TEST_COREDNS`.
 
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod coredns_support;
+
 use agent::corefile::{HEALTH_NAME, READY_PORT, server_blocks};
-use agent::goal::{HostFacts, OptionalFacts};
+use coredns_support::{Kill, dns_rcode, find_coredns, local_dns_goal};
 
 const INNER: &str = "LOCALDNS_TEST_INNER_CASE";
 
-fn find_coredns() -> PathBuf {
-    if let Some(p) = std::env::var_os("LOCALDNS_TEST_COREDNS") {
-        return p.into();
-    }
-    let cache = std::env::var_os("LAB_CACHE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/unbounded-lab"));
-    let mut found = Vec::new();
-    for key in std::fs::read_dir(cache.join("coredns"))
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
-        let versions = key.path().join("offline/coredns");
-        for v in std::fs::read_dir(&versions).into_iter().flatten().flatten() {
-            let bin = v.path().join("bin/linux/amd64/coredns");
-            if bin.is_file() {
-                found.push(bin);
-            }
-        }
-    }
-    found.sort();
-    found.pop().unwrap_or_else(|| {
-        panic!(
-            "no CoreDNS binary under {}/coredns: build it with `harness images build` \
-             (or set LOCALDNS_TEST_COREDNS)",
-            cache.display()
-        )
-    })
-}
-
 fn corefile(case: &str) -> (String, String) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/render/{case}.json"));
-    let c: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let config = agent::validate::parse_value(c["config"].clone()).unwrap();
-    let optional: OptionalFacts =
-        serde_json::from_value(c.get("host_facts").cloned().unwrap_or_default()).unwrap_or_default();
-    let facts = HostFacts {
-        host_resolv_conf: c["host_resolv_conf"].as_str().unwrap().into(),
-        optional,
-    };
-    let goal = agent::goal::resolve(&config, &facts, agent::names::Slot::Kube1).unwrap();
-    let l = goal.local_dns.as_ref().unwrap();
+    let l = local_dns_goal(case);
     (
-        agent::render::corefile::render(l).unwrap(),
+        agent::render::corefile::render(&l).unwrap(),
         l.metrics_address.to_string(),
     )
-}
-
-struct Kill(Child);
-
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<String> {
@@ -83,22 +34,6 @@ fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<String> {
     let mut out = String::new();
     s.read_to_string(&mut out)?;
     Ok(out)
-}
-
-fn dns_rcode(server: Ipv4Addr, name: &str) -> std::io::Result<u8> {
-    let mut q = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
-    for label in name.split('.') {
-        q.push(label.len() as u8);
-        q.extend_from_slice(label.as_bytes());
-    }
-    q.extend_from_slice(&[0, 0, 1, 0, 1]);
-    let s = UdpSocket::bind("0.0.0.0:0")?;
-    s.set_read_timeout(Some(Duration::from_secs(2)))?;
-    s.send_to(&q, (server, 53))?;
-    let mut buf = [0u8; 512];
-    let n = s.recv(&mut buf)?;
-    assert!(n >= 12 && buf[..2] == [0x12, 0x34], "not an answer to our query");
-    Ok(buf[3] & 0x0f)
 }
 
 /// Runs inside the fresh network namespace.
@@ -154,7 +89,7 @@ fn inner(case: &str) {
             }
         }
         assert_eq!(
-            dns_rcode(*l, HEALTH_NAME).unwrap(),
+            dns_rcode(*l, HEALTH_NAME, Duration::from_secs(2)).unwrap(),
             0,
             "{case}: {HEALTH_NAME} on {l}"
         );

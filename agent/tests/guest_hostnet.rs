@@ -9,6 +9,7 @@ use std::process::Command;
 use agent::hostnet::link::{Netlink, ObservedLink};
 use agent::hostnet::plan::Step;
 use agent::hostnet::{LINK_NAME, ResetPaths, apply, model, nft, reset};
+use agent::names::Slot;
 use hostnet_support::*;
 
 /// A fresh network namespace on a kernel that has dummy links (fails on this project's build host,
@@ -89,7 +90,7 @@ fn guest_apply_creates_exactly_the_spec_link_and_ruleset() {
     );
     assert_eq!(
         (rule_count("prerouting"), rule_count("output")),
-        (4, 8),
+        (4, 12),
         "{}",
         rules_text()
     );
@@ -152,7 +153,7 @@ fn guest_reset_leaves_nothing_of_ours() {
     for file in [
         paths.network_unit(),
         paths.nft_script(),
-        paths.nspawn_dropin("kube1"),
+        paths.nspawn_dropin(Slot::Kube1),
     ] {
         std::fs::create_dir_all(file.parent().unwrap()).unwrap();
         std::fs::write(&file, "# test\n").unwrap();
@@ -164,7 +165,7 @@ fn guest_reset_leaves_nothing_of_ours() {
     assert!(
         !paths.network_unit().exists()
             && !paths.nft_script().exists()
-            && !paths.nspawn_dropin("kube1").exists()
+            && !paths.nspawn_dropin(Slot::Kube1).exists()
     );
     let again = reset(&paths);
     assert!(again.is_clean() && again.removed.is_empty(), "{again}");

@@ -9,6 +9,7 @@ use std::process::{Command, Output};
 
 use agent::hostnet::link::Netlink;
 use agent::hostnet::{ResetPaths, nft};
+use agent::names::Slot;
 use hostnet_support::*;
 
 const AGENT: &str = env!("CARGO_BIN_EXE_unbounded-agent");
@@ -153,8 +154,8 @@ fn reset_removes_unit_script_drop_ins_and_enablement_below_the_root() {
     for file in [
         paths.network_unit(),
         paths.nft_script(),
-        paths.nspawn_dropin("kube1"),
-        paths.nspawn_dropin("kube2"),
+        paths.nspawn_dropin(Slot::Kube1),
+        paths.nspawn_dropin(Slot::Kube2),
         override_conf.clone(),
     ] {
         std::fs::create_dir_all(file.parent().unwrap()).unwrap();
@@ -178,8 +179,8 @@ fn reset_removes_unit_script_drop_ins_and_enablement_below_the_root() {
     for gone in [
         paths.network_unit(),
         paths.nft_script(),
-        paths.nspawn_dropin("kube1"),
-        paths.nspawn_dropin("kube2"),
+        paths.nspawn_dropin(Slot::Kube1),
+        paths.nspawn_dropin(Slot::Kube2),
     ] {
         assert!(
             !gone.exists(),
@@ -194,7 +195,7 @@ fn reset_removes_unit_script_drop_ins_and_enablement_below_the_root() {
     );
     assert!(override_conf.exists(), "someone else's drop-in must stay");
     assert!(
-        !paths.nspawn_dropin("kube2").parent().unwrap().exists(),
+        !paths.nspawn_dropin(Slot::Kube2).parent().unwrap().exists(),
         "an emptied drop-in directory goes too"
     );
 

@@ -23,9 +23,10 @@ fn rendered_script_gives_the_spec_table_with_reply_rules() {
         "live table differs from the model:\n{}",
         rules_text()
     );
-    // Straight from `nft -j`, not through the model: 4 request rules in prerouting, 4 + 4 in output.
+    // Straight from `nft -j`, not through the model: 4 DNS request rules in prerouting; in output
+    // 4 DNS requests + 4 DNS replies + 4 for the `/ready` probe.
     assert_eq!(rule_count("prerouting"), 4, "{}", rules_text());
-    assert_eq!(rule_count("output"), 8, "{}", rules_text());
+    assert_eq!(rule_count("output"), 12, "{}", rules_text());
     for chain in &live.chains {
         assert_eq!(
             (chain.kind.as_str(), chain.prio, chain.policy.as_str()),
@@ -35,7 +36,7 @@ fn rendered_script_gives_the_spec_table_with_reply_rules() {
 }
 
 #[test]
-fn rendered_script_without_replies_has_agentbakers_eight_rules() {
+fn rendered_script_without_replies_has_agentbakers_eight_dns_rules_and_the_probe_rules() {
     fresh_netns();
     nft::replace_table(&script(false)).unwrap();
     assert_eq!(
@@ -44,21 +45,25 @@ fn rendered_script_without_replies_has_agentbakers_eight_rules() {
         "{}",
         rules_text()
     );
-    assert_eq!(
-        rule_count("prerouting") + rule_count("output"),
-        8,
-        "{}",
-        rules_text()
-    );
     let text = rules_text();
+    assert_eq!(
+        text.matches(" dport 53 notrack").count(),
+        8,
+        "AgentBaker's 8 DNS request rules:\n{text}"
+    );
     assert!(
-        !text.contains("saddr"),
-        "no reply rules without NOTRACKReplies:\n{text}"
+        !text.contains("sport 53"),
+        "no DNS reply rules without NOTRACKReplies:\n{text}"
+    );
+    assert_eq!(
+        text.matches("tcp dport 8181 notrack").count() + text.matches("tcp sport 8181 notrack").count(),
+        4,
+        "the /ready probe's rules:\n{text}"
     );
     assert_eq!(
         text.matches("comment \"unbounded-localdns: skip conntrack\"")
             .count(),
-        8,
+        12,
         "{text}"
     );
 }
@@ -68,7 +73,7 @@ fn replacing_twice_keeps_one_copy_and_then_plans_nothing_for_the_table() {
     fresh_netns();
     nft::replace_table(&script(true)).unwrap();
     nft::replace_table(&script(true)).unwrap();
-    assert_eq!(rule_count("output"), 8, "{}", rules_text());
+    assert_eq!(rule_count("output"), 12, "{}", rules_text());
     let desired = apply::desired(&spec(true));
     let observed = Observed {
         link: None,
@@ -114,7 +119,9 @@ fn switching_replies_off_replaces_the_table_without_reply_rules() {
     let with = nft::read_table().unwrap();
     assert_ne!(with, Some(model::desired(&spec(false))));
     nft::replace_table(&script(false)).unwrap();
-    assert_eq!(rule_count("output"), 4, "{}", rules_text());
+    // 4 DNS requests and the 4 probe rules; the 4 DNS replies are gone.
+    assert_eq!(rule_count("output"), 8, "{}", rules_text());
+    assert!(!rules_text().contains("sport 53"), "{}", rules_text());
 }
 
 #[test]

@@ -75,7 +75,7 @@ fn script_applies_twice_in_a_fresh_netns_and_lists_as_rendered() {
     assert_eq!(
         out.matches("notrack comment \"unbounded-localdns: skip conntrack\"")
             .count(),
-        12
+        16
     );
 }
 

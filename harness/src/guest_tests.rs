@@ -38,7 +38,7 @@ use crate::vm::{Vm, VmError};
 /// The filterset selecting guest tests (the host's default filter is its negation).
 pub const GUEST_FILTER: &str = "binary(/^guest_/)";
 /// Where the guest mounts the repository (the 9p share with mount tag `lab`).
-pub const GUEST_MOUNT: &str = "/mnt/lab";
+pub use crate::deploy::offline::SHARE_MOUNT as GUEST_MOUNT;
 /// Where the guest extracts the archive and keeps nextest's store.
 const GUEST_WORK: &str = "/var/tmp/guest-tests";
 

@@ -226,7 +226,7 @@ pub fn ensure_localdns_ready_before_kubelet(vm: &Vm, machine: &str) -> anyhow::R
 
 /// What a host holds that `start` could add and `reset` must remove: the files under `/etc` and
 /// `/var/lib` (without the ones systemd and the package manager keep changing on their own),
-/// unit files, links, nft tables, machines and mounts.
+/// unit files, links, nft tables, machines and mounts (but the lab's own share).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostListing {
     pub items: BTreeSet<String>,
@@ -269,7 +269,14 @@ impl HostListing {
                 .with_context(|| format!("listing the host: {part}"))?
                 .stdout_text();
         }
-        let items: BTreeSet<String> = text.lines().map(str::to_string).collect();
+        // The lab's 9p share is the lab's, mounted on demand or at boot (a resumed VM may not
+        // have it yet, a rebooted one has): never the agent's.
+        let lab_share = format!("mount {}", harness::deploy::offline::SHARE_MOUNT);
+        let items: BTreeSet<String> = text
+            .lines()
+            .filter(|item| *item != lab_share)
+            .map(str::to_string)
+            .collect();
         // Positive controls: the listing sees real things of each kind.
         for must in [
             "path /etc/os-release",

@@ -59,8 +59,8 @@ fn base_chain(name: &str, hook: &str) -> Chain {
 }
 
 /// One rule of [`crate::render::host::notrack_rules_for`] (the one list both the script and this
-/// model come from) as `nft -j` lists it: `ip <dir>addr <ip> <proto> <dir>port 53 notrack comment
-/// "..."`.
+/// model come from) as `nft -j` lists it: `ip <dir>addr <ip> <proto> <dir>port <port> notrack
+/// comment "..."`.
 fn listed(rule: &crate::render::host::NotrackRule) -> Rule {
     let (addr_field, port_field) = if rule.reply {
         ("saddr", "sport")
@@ -69,7 +69,7 @@ fn listed(rule: &crate::render::host::NotrackRule) -> Rule {
     };
     let expr = json!([
         {"match": {"op": "==", "left": {"payload": {"protocol": "ip", "field": addr_field}}, "right": rule.listener.to_string()}},
-        {"match": {"op": "==", "left": {"payload": {"protocol": rule.protocol, "field": port_field}}, "right": 53}},
+        {"match": {"op": "==", "left": {"payload": {"protocol": rule.protocol, "field": port_field}}, "right": rule.port}},
         {"notrack": null}
     ]);
     Rule {
@@ -79,8 +79,9 @@ fn listed(rule: &crate::render::host::NotrackRule) -> Rule {
     }
 }
 
-/// The table docs/design.md §6 asks for: two raw-priority base chains, 8 request rules, and with
-/// `notrack_replies` 4 reply rules in `output` — the same rules the `.nft` script is written from.
+/// The table docs/design.md §6 asks for: two raw-priority base chains, 8 DNS request rules, with
+/// `notrack_replies` 4 DNS reply rules in `output`, and 4 `output` rules for the supervisor's
+/// `/ready` probes — the same rules the `.nft` script is written from.
 pub fn desired(spec: &NetworkSpec) -> NftModel {
     let rules = crate::render::host::notrack_rules_for(spec.listeners(), spec.notrack_replies)
         .iter()
@@ -186,11 +187,25 @@ mod tests {
       {"chain": {"family": "ip", "table": "unbounded_localdns", "name": "output", "handle": 2, "type": "filter", "hook": "output", "prio": -300, "policy": "accept"}},
       {"rule": {"family": "ip", "table": "unbounded_localdns", "chain": "output", "handle": 5, "comment": "unbounded-localdns: skip conntrack", "expr": [{"match": {"op": "==", "left": {"payload": {"protocol": "ip", "field": "saddr"}}, "right": "169.254.10.10"}}, {"match": {"op": "==", "left": {"payload": {"protocol": "udp", "field": "sport"}}, "right": 53}}, {"counter": {"packets": 7, "bytes": 900}}, {"notrack": null}]}}]}"#;
 
+    /// How a port match reads in a rule's (normalised, key-sorted) expression.
+    const DPORT: &str = "\"field\":\"dport\"";
+    const SPORT: &str = "\"field\":\"sport\"";
+
+    /// The rules of `model` whose expression holds every one of `parts`.
+    fn with<'a>(model: &'a NftModel, parts: &[&str]) -> Vec<&'a Rule> {
+        model
+            .rules
+            .iter()
+            .filter(|r| parts.iter().all(|p| r.expr.contains(p)))
+            .collect()
+    }
+
     #[test]
-    fn desired_has_eight_request_rules_without_replies() {
+    fn desired_has_eight_dns_request_rules_and_the_probe_rules_without_replies() {
         let model = desired(&spec(false));
-        assert_eq!(model.rules.len(), 8);
-        assert!(model.rules.iter().all(|r| !r.expr.contains("saddr")));
+        assert_eq!(model.rules.len(), 12);
+        assert_eq!(with(&model, &[DPORT, "\"right\":53}"]).len(), 8);
+        assert!(with(&model, &[SPORT, "\"right\":53}"]).is_empty());
         assert_eq!(model.chains.len(), 2);
         assert!(
             model
@@ -201,16 +216,28 @@ mod tests {
     }
 
     #[test]
-    fn desired_adds_four_reply_rules_in_output_with_replies() {
+    fn desired_adds_four_dns_reply_rules_in_output_with_replies() {
         let model = desired(&spec(true));
-        let replies: Vec<_> = model.rules.iter().filter(|r| r.expr.contains("saddr")).collect();
-        assert_eq!(model.rules.len(), 12);
+        let replies = with(&model, &[SPORT, "\"right\":53}"]);
+        assert_eq!(model.rules.len(), 16);
         assert_eq!(replies.len(), 4);
-        assert!(
-            replies
-                .iter()
-                .all(|r| r.chain == "output" && r.expr.contains("sport"))
-        );
+        assert!(replies.iter().all(|r| r.chain == "output"));
+    }
+
+    #[test]
+    fn the_ready_probe_is_untracked_both_ways_in_output_for_each_listener() {
+        for notrack_replies in [false, true] {
+            let model = desired(&spec(notrack_replies));
+            let probes = with(&model, &["\"right\":8181}"]);
+            assert_eq!(probes.len(), 4, "{probes:?}");
+            assert!(probes.iter().all(|r| r.chain == "output"));
+            for (field, port) in [("\"field\":\"daddr\"", DPORT), ("\"field\":\"saddr\"", SPORT)] {
+                for ip in ["\"169.254.10.10\"", "\"169.254.10.11\""] {
+                    let parts = [field, ip, port, "\"protocol\":\"tcp\"", "\"right\":8181}"];
+                    assert_eq!(with(&model, &parts).len(), 1, "{field} {ip}: {probes:?}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -5,15 +5,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::exec::{self, CommandFailed};
+use crate::names::Slot;
 
 use super::link::Netlink;
 use super::plan::check_dummy;
 use super::{LINK_NAME, TABLE_FAMILY, TABLE_NAME, nft};
 
 /// The boot-time unit that recreates link and table.
-pub const NETWORK_UNIT: &str = "unbounded-localdns-network.service";
-/// The machine slots that may carry our nspawn drop-in.
-pub const SLOTS: [&str; 2] = ["kube1", "kube2"];
+pub use crate::paths::NETWORK_UNIT_NAME as NETWORK_UNIT;
 
 /// Where our files live, below a root (`/` on a real host, a temporary directory in tests).
 #[derive(Debug, Clone)]
@@ -35,16 +34,15 @@ impl ResetPaths {
     }
 
     pub fn network_unit(&self) -> PathBuf {
-        self.unit_dir().join(NETWORK_UNIT)
+        self.at(crate::paths::NETWORK_UNIT)
     }
 
     pub fn nft_script(&self) -> PathBuf {
-        self.at("/etc/unbounded/localdns/localdns.nft")
+        self.at(crate::paths::NFT_SCRIPT)
     }
 
-    pub fn nspawn_dropin(&self, slot: &str) -> PathBuf {
-        self.unit_dir()
-            .join(format!("systemd-nspawn@{slot}.service.d/10-localdns.conf"))
+    pub fn nspawn_dropin(&self, slot: Slot) -> PathBuf {
+        self.at(&crate::paths::nspawn_drop_in(slot))
     }
 
     fn is_live_root(&self) -> bool {
@@ -184,7 +182,7 @@ pub fn reset(paths: &ResetPaths) -> ResetReport {
     delete_link(&mut report);
     remove_file(&mut report, &paths.network_unit(), true);
     remove_file(&mut report, &paths.nft_script(), true);
-    for slot in SLOTS {
+    for slot in Slot::ALL {
         let dropin = paths.nspawn_dropin(slot);
         remove_file(&mut report, &dropin, true);
         if let Some(dir) = dropin.parent() {
@@ -219,7 +217,7 @@ mod tests {
             Path::new("/tmp/x/etc/unbounded/localdns/localdns.nft")
         );
         assert_eq!(
-            paths.nspawn_dropin("kube2"),
+            paths.nspawn_dropin(Slot::Kube2),
             Path::new("/tmp/x/etc/systemd/system/systemd-nspawn@kube2.service.d/10-localdns.conf")
         );
     }

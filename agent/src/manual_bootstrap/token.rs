@@ -26,6 +26,11 @@ pub const MIN_REMAINING: SignedDuration = SignedDuration::from_hours(1);
 
 const ALPHABET: &[u8; 36] = b"abcdefghijklmnopqrstuvwxyz0123456789";
 
+/// A string that is not a bootstrap token.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{0:?} is not a bootstrap token: expected <6 of [a-z0-9]>.<16 of [a-z0-9]>")]
+pub struct NotAToken(pub String);
+
 /// A bootstrap token: 6 and 16 characters of `[a-z0-9]`.
 #[derive(Clone, PartialEq, Eq)]
 pub struct BootstrapToken {
@@ -51,8 +56,20 @@ impl BootstrapToken {
         })
     }
 
+    /// Parses `<id>.<secret>` (as a kubelet presents it), refusing anything else.
+    pub fn parse(text: &str) -> Result<BootstrapToken, NotAToken> {
+        text.split_once('.')
+            .and_then(|(id, secret)| BootstrapToken::new(id, secret))
+            .ok_or_else(|| NotAToken(text.to_owned()))
+    }
+
     pub fn id(&self) -> &str {
         &self.id
+    }
+
+    /// The secret half (for the Secret's `token-secret`; never log it).
+    pub fn secret(&self) -> &str {
+        &self.secret
     }
 
     /// `bootstrap-token-<id>`, the name the authenticator looks the token up by.

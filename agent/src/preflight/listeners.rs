@@ -10,7 +10,7 @@ use super::{Context, Finding, Severity};
 
 pub const NAME: &str = "localdns-listeners";
 /// CoreDNS's `ready` port on each listener.
-pub const READY_PORT: u16 = 8181;
+pub use crate::corefile::READY_PORT;
 
 /// A socket bound on this host (from `/proc/net/{tcp,udp}` of the current network namespace).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,7 +4,11 @@ use std::net::Ipv4Addr;
 
 use super::HEADER;
 use super::paths::{NETWORK_UNIT_NAME, applied_config};
+use crate::corefile::READY_PORT;
 use crate::goal::{Goal, LocalDnsGoal};
+
+/// The listeners' DNS port.
+const DNS_PORT: u16 = 53;
 
 /// The nft table's family and name, and the comment on every rule.
 pub const NFT_FAMILY: &str = "ip";
@@ -50,6 +54,8 @@ pub struct NotrackRule {
     pub listener: Ipv4Addr,
     /// `tcp` or `udp`.
     pub protocol: &'static str,
+    /// 53 for DNS; [`READY_PORT`] for the supervisor's `/ready` probes.
+    pub port: u16,
 }
 
 impl NotrackRule {
@@ -62,14 +68,16 @@ impl NotrackRule {
             ("daddr", "dport")
         };
         format!(
-            "ip {addr} {} {} {port} 53 notrack comment \"{NFT_COMMENT}\"",
-            self.listener, self.protocol
+            "ip {addr} {} {} {port} {} notrack comment \"{NFT_COMMENT}\"",
+            self.listener, self.protocol, self.port
         )
     }
 }
 
-/// Every rule, in script order: per chain × listener × {tcp, udp} the request
-/// rules (8), then with `NOTRACKReplies` the reply rules in `output` (4).
+/// Every rule, in script order: per chain × listener × {tcp, udp} the DNS
+/// request rules (8), then with `NOTRACKReplies` the DNS reply rules in
+/// `output` (4), then in `output` per listener the `/ready` probe's request and
+/// reply (4, always: that traffic is the supervisor's own, never a pod's).
 pub fn notrack_rules(g: &LocalDnsGoal) -> Vec<NotrackRule> {
     notrack_rules_for(
         [g.node_listener.addr(), g.cluster_listener.addr()],
@@ -96,9 +104,23 @@ pub fn notrack_rules_for(listeners: [Ipv4Addr; 2], notrack_replies: bool) -> Vec
                         reply,
                         listener,
                         protocol,
+                        port: DNS_PORT,
                     });
                 }
             }
+        }
+    }
+    // The supervisor probes `/ready` on each listener from the node itself (`output` only), both
+    // directions leave the node through `output`.
+    for listener in listeners {
+        for reply in [false, true] {
+            rules.push(NotrackRule {
+                chain: "output",
+                reply,
+                listener,
+                protocol: "tcp",
+                port: READY_PORT,
+            });
         }
     }
     rules

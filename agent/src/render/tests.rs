@@ -107,14 +107,26 @@ fn localdns_kubelet_keys_override_the_users() {
 }
 
 #[test]
-fn notrack_rules_are_eight_requests_plus_four_replies_when_asked() {
+fn notrack_rules_are_eight_dns_requests_four_dns_replies_when_asked_and_four_probe_rules() {
     let with = goal(json!({}));
     let without = goal(json!({"LocalDNS": {"NOTRACKReplies": false}}));
     let rules = host::notrack_rules(with.local_dns.as_ref().unwrap());
-    assert_eq!(rules.len(), 12);
-    assert_eq!(rules.iter().filter(|r| r.reply).count(), 4);
+    let dns = |rules: &[host::NotrackRule], reply: bool| {
+        rules.iter().filter(|r| r.port == 53 && r.reply == reply).count()
+    };
+    assert_eq!(rules.len(), 16);
+    assert_eq!((dns(&rules, false), dns(&rules, true)), (8, 4));
     assert!(rules.iter().filter(|r| r.reply).all(|r| r.chain == "output"));
-    assert_eq!(host::notrack_rules(without.local_dns.as_ref().unwrap()).len(), 8);
+    let probes: Vec<_> = rules.iter().filter(|r| r.port == 8181).collect();
+    assert_eq!(probes.len(), 4);
+    assert!(probes.iter().all(|r| r.chain == "output" && r.protocol == "tcp"));
+    let rules_without = host::notrack_rules(without.local_dns.as_ref().unwrap());
+    assert_eq!(rules_without.len(), 12);
+    assert_eq!((dns(&rules_without, false), dns(&rules_without, true)), (8, 0));
+    assert_eq!(
+        rules[15].text(),
+        "ip saddr 169.254.10.11 tcp sport 8181 notrack comment \"unbounded-localdns: skip conntrack\""
+    );
     assert_eq!(
         rules[0].text(),
         "ip daddr 169.254.10.10 tcp dport 53 notrack comment \"unbounded-localdns: skip conntrack\""

@@ -1,5 +1,6 @@
-//! The supervisor's life: start CoreDNS, wait until healthy, `READY=1`, then watchdog ticks until
-//! CoreDNS exits, the failure rule gives up, or SIGTERM asks it to stop.
+//! The supervisor's life: start CoreDNS, wait until healthy, `READY=1`, then watchdog ticks (and
+//! CoreDNS started again whenever it exits) until the failure rule gives up or SIGTERM asks it to
+//! stop.
 
 use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitStatus, Stdio};
@@ -13,8 +14,14 @@ use tokio::signal::unix::{SignalKind, signal};
 use super::failures::{FailureWindow, Verdict};
 use super::{Settings, notify, probe};
 
-/// How often the start phase polls the listeners.
-const START_POLL: Duration = Duration::from_millis(200);
+/// How often the listeners are polled while CoreDNS starts (after a crash, the wait between
+/// CoreDNS listening and DNS counted as back).
+const START_POLL: Duration = Duration::from_millis(50);
+/// How many times in a row a CoreDNS started again after a crash may exit before it is healthy
+/// before the supervisor ends (and systemd restarts the unit).
+const MAX_FAILED_STARTS: u32 = 3;
+/// The pause before the n-th start in a row of a CoreDNS that exited before it was healthy (n × this).
+const RESTART_BACKOFF: Duration = Duration::from_millis(200);
 /// How long CoreDNS may take to exit after SIGINT (the unit's `TimeoutStopSec=30` minus a margin).
 const STOP_GRACE: Duration = Duration::from_secs(25);
 
@@ -23,7 +30,8 @@ const STOP_GRACE: Duration = Duration::from_secs(25);
 pub enum Outcome {
     /// SIGTERM or SIGINT: CoreDNS was stopped with SIGINT. Exit 0.
     Stopped,
-    /// CoreDNS exited by itself. Exit with its code (128+signal when killed; 1 when it exited 0).
+    /// CoreDNS exited by itself before it was healthy (at the start, or started again after a
+    /// crash). Exit with its code (128+signal when killed; 1 when it exited 0).
     CoreDnsExited(ExitStatus),
     /// Not healthy within the start timeout. Exit 3.
     StartTimedOut { last_error: String },
@@ -105,7 +113,51 @@ async fn stop_coredns(child: &mut Child) -> Result<(), SuperviseError> {
     Ok(())
 }
 
+/// Polls both listeners until they pass, within the start timeout; CoreDNS exiting, the timeout or
+/// SIGTERM/SIGINT end the wait with the supervisor's outcome (`Err`). `Ok` holds how long it took.
+async fn until_healthy(
+    child: &mut Child,
+    settings: &Settings,
+    term: &mut tokio::signal::unix::Signal,
+    int: &mut tokio::signal::unix::Signal,
+) -> Result<Result<Duration, Outcome>, SuperviseError> {
+    let started = Instant::now();
+    let deadline = tokio::time::Instant::now() + settings.start_timeout;
+    let mut last_error = String::from("no check has run yet");
+    loop {
+        tokio::select! {
+            status = child.wait() => {
+                let status = status.map_err(SuperviseError::Wait)?;
+                tracing::error!(%status, "CoreDNS exited before it became healthy");
+                return Ok(Err(Outcome::CoreDnsExited(status)));
+            }
+            _ = term.recv() => return Ok(Err(stopped(child).await?)),
+            _ = int.recv() => return Ok(Err(stopped(child).await?)),
+            _ = tokio::time::sleep_until(deadline) => {
+                tracing::error!(timeout = ?settings.start_timeout, %last_error, "CoreDNS did not become healthy in time");
+                notify::status(&format!("CoreDNS not healthy after {:?}: {last_error}", settings.start_timeout));
+                stop_coredns(child).await?;
+                return Ok(Err(Outcome::StartTimedOut { last_error }));
+            }
+            result = probe::check(settings) => match result {
+                Ok(()) => return Ok(Ok(started.elapsed())),
+                Err(errors) => {
+                    last_error = describe(&errors);
+                    tokio::time::sleep(START_POLL).await;
+                }
+            }
+        }
+    }
+}
+
 /// Runs CoreDNS under supervision until it ends; see [`Outcome`] for the ways it can end.
+///
+/// After `READY=1`, CoreDNS exiting by itself (a crash, SIGKILL, the OOM killer) is answered by
+/// starting it again at once, in the unit's running sandbox — no unit restart, no `RestartSec`:
+/// DNS is back as soon as CoreDNS answers. A CoreDNS started again must become healthy as at the
+/// start; if it exits first it is started again (after a short pause), but the third such exit in
+/// a row, or no health within the start timeout, ends the supervisor (exit with CoreDNS's status,
+/// or 3) and systemd restarts the unit, so a crash loop cannot spin here.
 pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
     let mut term = signal(SignalKind::terminate()).map_err(SuperviseError::Signals)?;
     let mut int = signal(SignalKind::interrupt()).map_err(SuperviseError::Signals)?;
@@ -123,44 +175,21 @@ pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
     let mut child = start_coredns(settings)?;
 
     // Start: poll until both listeners pass, within the start timeout.
-    let started = Instant::now();
-    let deadline = tokio::time::Instant::now() + settings.start_timeout;
-    let mut last_error = String::from("no check has run yet");
-    loop {
-        tokio::select! {
-            status = child.wait() => {
-                let status = status.map_err(SuperviseError::Wait)?;
-                tracing::error!(%status, "CoreDNS exited before it became healthy");
-                return Ok(Outcome::CoreDnsExited(status));
-            }
-            _ = term.recv() => return stopped(&mut child).await,
-            _ = int.recv() => return stopped(&mut child).await,
-            _ = tokio::time::sleep_until(deadline) => {
-                tracing::error!(timeout = ?settings.start_timeout, %last_error, "CoreDNS did not become healthy in time");
-                notify::status(&format!("CoreDNS not healthy after {:?}: {last_error}", settings.start_timeout));
-                stop_coredns(&mut child).await?;
-                return Ok(Outcome::StartTimedOut { last_error });
-            }
-            result = probe::check(settings) => match result {
-                Ok(()) => break,
-                Err(errors) => {
-                    last_error = describe(&errors);
-                    tokio::time::sleep(START_POLL).await;
-                }
-            }
-        }
-    }
+    let took = match until_healthy(&mut child, settings, &mut term, &mut int).await? {
+        Ok(took) => took,
+        Err(outcome) => return Ok(outcome),
+    };
     let status = format!(
-        "CoreDNS healthy on {} and {} after {:.1?}",
-        settings.node_listener,
-        settings.cluster_listener,
-        started.elapsed()
+        "CoreDNS healthy on {} and {} after {took:.1?}",
+        settings.node_listener, settings.cluster_listener,
     );
     tracing::info!("{status}");
     notify::ready(&status);
 
-    // Watchdog: one check per tick; pass → WATCHDOG=1, failures counted in the window.
+    // Watchdog: one check per tick; pass → WATCHDOG=1, failures counted in the window. CoreDNS
+    // exiting is answered by starting it again.
     let mut failures = FailureWindow::new(settings.failure_window, settings.failure_threshold);
+    let mut restarts = 0u64;
     let mut ticks = tokio::time::interval(settings.check_interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticks.tick().await;
@@ -168,8 +197,31 @@ pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
         tokio::select! {
             status = child.wait() => {
                 let status = status.map_err(SuperviseError::Wait)?;
-                tracing::error!(%status, "CoreDNS exited");
-                return Ok(Outcome::CoreDnsExited(status));
+                restarts += 1;
+                tracing::error!(%status, restarts, "CoreDNS exited; starting it again");
+                notify::status(&format!("CoreDNS exited ({status}); starting it again (restart {restarts})"));
+                let mut failed_starts = 0;
+                loop {
+                    child = start_coredns(settings)?;
+                    match until_healthy(&mut child, settings, &mut term, &mut int).await? {
+                        Ok(took) => {
+                            let status = format!(
+                                "CoreDNS healthy again on {} and {} after {took:.1?}",
+                                settings.node_listener, settings.cluster_listener,
+                            );
+                            tracing::info!("{status}");
+                            notify::status(&status);
+                            notify::watchdog();
+                            break;
+                        }
+                        Err(Outcome::CoreDnsExited(status)) if failed_starts + 1 < MAX_FAILED_STARTS => {
+                            failed_starts += 1;
+                            tracing::warn!(%status, failed_starts, "CoreDNS exited again before it was healthy; starting it again");
+                            tokio::time::sleep(RESTART_BACKOFF * failed_starts).await;
+                        }
+                        Err(outcome) => return Ok(outcome),
+                    }
+                }
             }
             _ = term.recv() => return stopped(&mut child).await,
             _ = int.recv() => return stopped(&mut child).await,

@@ -2,114 +2,32 @@
 //! kubelet holding only the token gets a client certificate through
 //! kube-controller-manager's CSR approval and signing (TLS bootstrapping).
 
-use std::fmt;
-
 use serde_json::json;
 
-/// The group bootstrap tokens add their holders to (kubeadm's default).
-pub const BOOTSTRAP_GROUP: &str = "system:bootstrappers:kubeadm:default-node-token";
 /// The namespace bootstrap token Secrets live in.
-pub const TOKEN_NAMESPACE: &str = "kube-system";
+pub use agent::manual_bootstrap::token::NAMESPACE as TOKEN_NAMESPACE;
 /// The Secret type the bootstrap authenticator reads.
-pub const TOKEN_SECRET_TYPE: &str = "bootstrap.kubernetes.io/token";
+pub use agent::manual_bootstrap::token::SECRET_TYPE as TOKEN_SECRET_TYPE;
+/// The token type is the agent's (`kubectl-unbounded machine manual-bootstrap` makes them too).
+pub use agent::manual_bootstrap::token::{BOOTSTRAP_GROUP, BootstrapToken, NotAToken};
 
-const ALPHABET: &[u8; 36] = b"abcdefghijklmnopqrstuvwxyz0123456789";
-
-/// A bootstrap token `<id>.<secret>`: 6 and 16 characters of `[a-z0-9]`.
-#[derive(Clone, PartialEq, Eq)]
-pub struct BootstrapToken {
-    id: String,
-    secret: String,
-}
-
-/// A string that is not a bootstrap token.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("{0:?} is not a bootstrap token: expected <6 of [a-z0-9]>.<16 of [a-z0-9]>")]
-pub struct NotAToken(String);
-
-impl BootstrapToken {
-    /// A new random token (from the OS random source).
-    pub fn generate() -> Result<BootstrapToken, getrandom::Error> {
-        Ok(BootstrapToken {
-            id: random_chars(6)?,
-            secret: random_chars(16)?,
-        })
-    }
-
-    /// Parses `<id>.<secret>`, refusing anything else.
-    pub fn parse(text: &str) -> Result<BootstrapToken, NotAToken> {
-        let ok = |part: &str, len: usize| {
-            part.len() == len && part.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
-        };
-        match text.split_once('.') {
-            Some((id, secret)) if ok(id, 6) && ok(secret, 16) => Ok(BootstrapToken {
-                id: id.to_string(),
-                secret: secret.to_string(),
-            }),
-            _ => Err(NotAToken(text.to_string())),
-        }
-    }
-
-    pub fn id(&self) -> &str {
-        &self.id
-    }
-
-    pub fn secret(&self) -> &str {
-        &self.secret
-    }
-
-    /// The Secret's name, `bootstrap-token-<id>`.
-    pub fn secret_name(&self) -> String {
-        format!("bootstrap-token-{}", self.id)
-    }
-
-    /// The Secret the API server's bootstrap authenticator accepts this token by
-    /// (no expiration: the lab lives as long as it runs).
-    pub fn secret_manifest(&self) -> serde_json::Value {
-        json!({
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": { "name": self.secret_name(), "namespace": TOKEN_NAMESPACE },
-            "type": TOKEN_SECRET_TYPE,
-            "stringData": {
-                "description": "lab node bootstrap token (written by the harness)",
-                "token-id": self.id,
-                "token-secret": self.secret,
-                "usage-bootstrap-authentication": "true",
-                "usage-bootstrap-signing": "true",
-                "auth-extra-groups": BOOTSTRAP_GROUP,
-            },
-        })
-    }
-}
-
-/// `<id>.<secret>`: the token itself, as a kubelet presents it.
-impl fmt::Display for BootstrapToken {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}", self.id, self.secret)
-    }
-}
-
-/// Shows the id only: the secret stays out of logs.
-impl fmt::Debug for BootstrapToken {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "BootstrapToken({}.<secret>)", self.id)
-    }
-}
-
-/// `len` characters of `[a-z0-9]`, uniformly (bytes ≥ 252 are redrawn).
-fn random_chars(len: usize) -> Result<String, getrandom::Error> {
-    let mut out = String::with_capacity(len);
-    let mut buf = [0u8; 32];
-    while out.len() < len {
-        getrandom::fill(&mut buf)?;
-        for &b in buf.iter().filter(|&&b| b < 252) {
-            if out.len() < len {
-                out.push(ALPHABET[usize::from(b % 36)] as char);
-            }
-        }
-    }
-    Ok(out)
+/// The Secret the API server's bootstrap authenticator accepts `token` by (no expiration: the
+/// lab lives as long as it runs; the agent's `secret_for` is the expiring one made for a Machine).
+pub fn secret_manifest(token: &BootstrapToken) -> serde_json::Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": { "name": token.secret_name(), "namespace": TOKEN_NAMESPACE },
+        "type": TOKEN_SECRET_TYPE,
+        "stringData": {
+            "description": "lab node bootstrap token (written by the harness)",
+            "token-id": token.id(),
+            "token-secret": token.secret(),
+            "usage-bootstrap-authentication": "true",
+            "usage-bootstrap-signing": "true",
+            "auth-extra-groups": BOOTSTRAP_GROUP,
+        },
+    })
 }
 
 /// The ClusterRoleBindings kubeadm creates for TLS bootstrapping:
@@ -223,7 +141,7 @@ mod tests {
     #[test]
     fn secret_manifest_is_the_one_the_bootstrap_authenticator_reads() {
         let token = BootstrapToken::parse("07401b.f395accd246ae52d").unwrap();
-        let yaml = to_yaml_stream(&[token.secret_manifest()]).unwrap();
+        let yaml = to_yaml_stream(&[secret_manifest(&token)]).unwrap();
         let doc: serde_yaml_ng::Value = serde_yaml_ng::from_str(&yaml).unwrap();
         assert_eq!(doc["metadata"]["name"].as_str(), Some("bootstrap-token-07401b"));
         assert_eq!(doc["metadata"]["namespace"].as_str(), Some("kube-system"));

@@ -29,7 +29,8 @@ use rcgen::{
 use time::{Duration, OffsetDateTime};
 
 use super::bootstrap::{
-    BootstrapToken, COREDNS_USER, NotAToken, coredns_rbac_manifests, rbac_manifests, to_yaml_stream,
+    BootstrapToken, COREDNS_USER, NotAToken, coredns_rbac_manifests, rbac_manifests, secret_manifest,
+    to_yaml_stream,
 };
 use super::kubeconfig::{self, Credentials, KubeconfigSpec};
 use crate::lab::addr::{API_SERVER_PORT, LabAddrs};
@@ -393,7 +394,7 @@ fn generate_files(spec: &PkiSpec) -> Result<Files, PkiError> {
         ("server-url", format!("{}\n", spec.server_url), false),
         (
             "manifests/bootstrap-token-secret.yaml",
-            yaml("the bootstrap token Secret", &[token.secret_manifest()])?,
+            yaml("the bootstrap token Secret", &[secret_manifest(&token)])?,
             true,
         ),
         (

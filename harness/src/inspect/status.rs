@@ -41,7 +41,7 @@ use crate::lab::record::ClusterRecord;
 pub use agent::paths::INSTALL_STATE;
 /// The LocalDNS listeners (node, cluster) and their readiness port.
 pub const LISTENERS: [&str; 2] = ["169.254.10.10", "169.254.10.11"];
-pub const READY_PORT: u16 = 8181;
+pub use agent::corefile::READY_PORT;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct LabStatus {

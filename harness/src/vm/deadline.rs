@@ -10,9 +10,11 @@ pub const TCG_FACTOR: u32 = 4;
 
 /// Every deadline of a VM, scaled for its accelerator (and by `LAB_TIMEOUT_SCALE`, a
 /// positive number, for slow machines). The KVM values are the base; TCG multiplies them
-/// by [`TCG_FACTOR`]: boot 180 s, reboot 180 s, command 120 s, agent 60 s, power-off 120 s.
+/// by [`TCG_FACTOR`]: boot 180 s, reboot 360 s, command 120 s, agent 60 s, power-off 120 s.
 /// (An idle 2-core machine boots in ~20 s under TCG; a loaded one, with parallel builds and a
-/// second VM, has been seen to take over 100 s.)
+/// second VM, has been seen to take over 100 s. A reboot boots the whole node — its machine,
+/// containerd and kubelet start with it — and a host reboot of a joined node ran past 180 s
+/// beside a second VM and a build, so reboots get twice the boot's time.)
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Deadlines {
     /// QEMU start to `READY <boot_id>`.
@@ -39,7 +41,7 @@ impl Deadlines {
         let s = |secs: u64| Duration::from_secs(secs).mul_f64(factor);
         Deadlines {
             boot: s(45),
-            reboot: s(45),
+            reboot: s(90),
             command: s(30),
             agent: s(15),
             power_off: s(30),

@@ -46,7 +46,20 @@ pub enum QgaError {
     },
 }
 
+/// How many late `guest-exec-status` replies one command may see before its error stands.
+const MAX_LATE_REPLIES: u32 = 5;
+
 impl QgaError {
+    /// A command's reply did not come within the read timeout (EAGAIN/`WouldBlock` or `TimedOut`
+    /// from the socket): the agent may still answer later.
+    pub fn is_late_reply(&self) -> bool {
+        matches!(
+            self,
+            QgaError::Command { source: qapi::ExecuteError::Io(e), .. }
+                if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)
+        )
+    }
+
     /// Whether the agent did not answer at all (not started yet, rebooting, gone).
     pub fn is_unreachable(&self) -> bool {
         match self {
@@ -101,6 +114,8 @@ type Stream = qapi::Stream<BufReader<UnixStream>, UnixStream>;
 pub struct Session {
     qga: qapi::Qga<Stream>,
     socket: PathBuf,
+    /// The read/write timeout of the connection.
+    io_timeout: Duration,
 }
 
 fn sync_id() -> i64 {
@@ -125,6 +140,7 @@ impl Session {
         let mut session = Session {
             qga: qapi::Qga::new(qapi::Stream::new(reader, stream)),
             socket: socket.to_path_buf(),
+            io_timeout,
         };
         session.sync().map_err(|why| QgaError::Sync {
             socket: socket.to_path_buf(),
@@ -183,7 +199,26 @@ impl Session {
     pub fn set_io_timeout(&mut self, timeout: Duration) -> std::io::Result<()> {
         let stream = self.qga.inner_mut().get_mut_write();
         stream.set_read_timeout(Some(timeout))?;
-        stream.set_write_timeout(Some(timeout))
+        stream.set_write_timeout(Some(timeout))?;
+        self.io_timeout = timeout;
+        Ok(())
+    }
+
+    /// `guest-sync-delimited` again after a late reply, waiting up to `patience` for the agent
+    /// (it is late already), then the usual timeout again.
+    fn resync(&mut self, patience: Duration) -> Result<(), QgaError> {
+        let usual = self.io_timeout;
+        let socket = self.socket.clone();
+        let sync_error = |why: String| QgaError::Sync {
+            socket: socket.clone(),
+            why,
+        };
+        self.set_io_timeout(patience)
+            .map_err(|e| sync_error(e.to_string()))?;
+        let synced = self.sync();
+        self.set_io_timeout(usual)
+            .map_err(|e| sync_error(e.to_string()))?;
+        synced.map_err(sync_error)
     }
 
     /// `guest-ping`.
@@ -229,9 +264,21 @@ impl Session {
         let started = Instant::now();
         let pid = self.spawn(argv, stdin, true)?;
         let mut pause = Duration::from_millis(5);
+        let mut late_replies = 0;
         loop {
-            if let Some(out) = self.exec_status(pid)? {
-                return Ok(out);
+            match self.exec_status(pid) {
+                Ok(Some(out)) => return Ok(out),
+                Ok(None) => {}
+                // A loaded host can make the agent answer after our read timeout (EAGAIN): the
+                // command still runs in the guest and its status waits there, so resynchronise
+                // (skipping the late reply) and ask again rather than fail or run it twice.
+                Err(err) if err.is_late_reply() && late_replies < MAX_LATE_REPLIES => {
+                    late_replies += 1;
+                    let patience = timeout.saturating_sub(started.elapsed()).max(self.io_timeout);
+                    self.resync(patience)?;
+                    continue;
+                }
+                Err(err) => return Err(err),
             }
             let waited = started.elapsed();
             if waited >= timeout {
@@ -350,6 +397,13 @@ mod tests {
     /// A stand-in guest agent (the real one is exercised by the VM tests) that first sends a
     /// stale answer, then answers guest-sync-delimited and one guest-exec/-status pair.
     fn fake_agent(listener: UnixListener) {
+        fake_agent_late(listener, 0, Duration::ZERO);
+    }
+
+    /// [`fake_agent`] whose first `late` guest-exec-status replies come `delay` late (a stand-in:
+    /// a loaded host makes the real agent late only by chance).
+    fn fake_agent_late(listener: UnixListener, late: usize, delay: Duration) {
+        let mut late_left = late;
         std::thread::spawn(move || {
             let (conn, _) = listener.accept().unwrap();
             let mut out = conn.try_clone().unwrap();
@@ -371,6 +425,11 @@ mod tests {
                         serde_json::json!({"return": json["arguments"]["id"]})
                     }
                     "guest-exec" => serde_json::json!({"return": {"pid": 42}}),
+                    "guest-exec-status" if late_left > 0 => {
+                        late_left -= 1;
+                        std::thread::sleep(delay);
+                        serde_json::json!({"return": {"exited": false}})
+                    }
                     "guest-exec-status" => serde_json::json!({"return": {
                         "exited": true, "exitcode": 3,
                         "out-data": "aGVsbG8K", "err-data": "b29wcwo="}}),
@@ -403,6 +462,41 @@ mod tests {
             err.to_string().contains("guest-file-open") && err.to_string().contains("/etc/x"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_late_exec_status_reply_is_skipped_and_the_status_asked_again() {
+        let tmp = tempfile::tempdir().unwrap();
+        let socket = tmp.path().join("qga.sock");
+        fake_agent_late(
+            UnixListener::bind(&socket).unwrap(),
+            2,
+            Duration::from_millis(400),
+        );
+        let mut session = Session::connect(&socket, Duration::from_millis(200)).unwrap();
+        let out = session
+            .exec(&["/bin/true".into()], None, Duration::from_secs(10))
+            .unwrap();
+        assert_eq!(
+            (out.status, out.stdout_text()),
+            (ExitKind::Code(3), "hello\n".into())
+        );
+    }
+
+    #[test]
+    fn an_agent_late_every_time_is_an_error_after_a_few_tries() {
+        let tmp = tempfile::tempdir().unwrap();
+        let socket = tmp.path().join("qga.sock");
+        fake_agent_late(
+            UnixListener::bind(&socket).unwrap(),
+            100,
+            Duration::from_millis(300),
+        );
+        let mut session = Session::connect(&socket, Duration::from_millis(100)).unwrap();
+        let err = session
+            .exec(&["/bin/true".into()], None, Duration::from_secs(30))
+            .unwrap_err();
+        assert!(err.is_late_reply(), "{err}");
     }
 
     #[test]

@@ -35,6 +35,13 @@ impl ConntrackEntry {
     pub fn touches(&self, ip: &str, port: u16) -> bool {
         self.original.touches(ip, port) || self.reply.touches(ip, port)
     }
+
+    /// Whether either direction goes to or comes from `ip`, on any port or protocol.
+    pub fn involves(&self, ip: &str) -> bool {
+        [&self.original, &self.reply]
+            .iter()
+            .any(|t| t.src == ip || t.dst == ip)
+    }
 }
 
 /// Parses `conntrack -L` output: per line the protocol, then the original and the reply tuple
@@ -99,6 +106,9 @@ mod tests {
         assert!(dns.touches("10.96.0.10", 53));
         assert!(!dns.touches("169.254.10.11", 53));
         assert!(entries[1].touches("169.254.10.10", 8181));
+        assert!(entries[1].involves("169.254.10.10"));
+        assert!(!entries[0].involves("169.254.10.10"));
+        assert!(entries[0].involves("192.168.101.10"));
         assert!(!entries[1].touches("169.254.10.10", 53));
     }
 }

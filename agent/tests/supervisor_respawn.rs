@@ -1,0 +1,233 @@
+//! The built supervisor answers a CoreDNS crash by starting CoreDNS again itself, without exiting:
+//! the real CoreDNS (the binary the lab builds) under the real supervisor, in a fresh network
+//! namespace with the listener addresses on `lo`, killed with SIGKILL again and again; after each
+//! kill both listeners answer the health name again, from a new CoreDNS process under the same
+//! supervisor. The time from each kill until both answer is printed (min/median/max; the figure
+//! is in docs/perf.md). A CoreDNS that cannot start again (its Corefile broken meanwhile) is tried
+//! three times, then ends the supervisor with CoreDNS's exit status, for systemd to restart the
+//! unit.
+//!
+//! Needs root (a network namespace, `ip`) and CoreDNS (`harness images build`, or
+//! `$LOCALDNS_TEST_COREDNS`).
+
+mod coredns_support;
+
+use std::os::unix::net::UnixDatagram;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use agent::corefile::HEALTH_NAME;
+use agent::goal::LocalDnsGoal;
+use coredns_support::{Kill, dns_rcode, find_coredns, local_dns_goal};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+const SUPERVISOR: &str = env!("CARGO_BIN_EXE_unbounded-localdns-supervisor");
+/// Kills in a row (the fault scenario's count).
+const KILLS: usize = 20;
+/// Past this, DNS is not coming back: the test fails (a bound for a broken supervisor, not a
+/// performance target).
+const GIVE_UP: Duration = Duration::from_secs(30);
+
+/// The supervisor with its CoreDNS, in this thread's fresh network namespace.
+struct Supervised {
+    goal: LocalDnsGoal,
+    dir: tempfile::TempDir,
+    notify: UnixDatagram,
+    supervisor: Kill,
+}
+
+impl Supervised {
+    fn start() -> Supervised {
+        if let Err(err) = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET) {
+            panic!("unshare(CLONE_NEWNET) failed ({err}): this test needs root");
+        }
+        let goal = local_dns_goal("defaults");
+        let run = |args: &[&str]| agent::exec::run(Command::new("ip").args(args)).unwrap();
+        run(&["link", "set", "lo", "up"]);
+        let mut addrs = vec![goal.node_listener.addr(), goal.cluster_listener.addr()];
+        addrs.push(*goal.metrics_address.socket_addr().ip());
+        addrs.dedup();
+        for a in addrs.iter().filter(|a| !a.is_loopback()) {
+            run(&["addr", "add", &format!("{a}/32"), "dev", "lo"]);
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let corefile = dir.path().join("Corefile");
+        std::fs::write(&corefile, agent::render::corefile::render(&goal).unwrap()).unwrap();
+        let notify_path = dir.path().join("notify.sock");
+        let notify = UnixDatagram::bind(&notify_path).unwrap();
+        let mut cmd = Command::new(SUPERVISOR);
+        cmd.env_clear().env("PATH", "/usr/bin:/bin");
+        for line in agent::render::machine::environment(&goal).lines() {
+            if let Some((k, v)) = line.split_once('=').filter(|_| !line.starts_with('#')) {
+                cmd.env(k, v);
+            }
+        }
+        let log = std::fs::File::create(dir.path().join("supervisor.log")).unwrap();
+        cmd.env("LOCALDNS_COREFILE", &corefile)
+            .env("LOCALDNS_COREDNS", find_coredns())
+            .env("NOTIFY_SOCKET", &notify_path)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log);
+        let supervised = Supervised {
+            goal,
+            notify,
+            supervisor: Kill(cmd.spawn().unwrap()),
+            dir,
+        };
+        supervised.until_notified("READY=1", Duration::from_secs(60));
+        supervised
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("supervisor.log")).unwrap_or_default()
+    }
+
+    fn until_notified(&self, needle: &str, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 4096];
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            self.notify.set_read_timeout(Some(left)).unwrap();
+            let Ok(n) = self.notify.recv(&mut buf) else { break };
+            let msg = String::from_utf8_lossy(&buf[..n]).into_owned();
+            if msg.contains(needle) {
+                return;
+            }
+            seen.push(msg);
+        }
+        panic!(
+            "no {needle} within {timeout:?}; notified: {seen:?}\n{}",
+            self.log()
+        );
+    }
+
+    fn supervisor(&mut self) -> &mut Child {
+        &mut self.supervisor.0
+    }
+
+    /// The supervisor's CoreDNS: its only child process.
+    fn coredns_pid(&self) -> i32 {
+        let pid = self.supervisor.0.id();
+        let mut children = Vec::new();
+        for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
+            let text = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            children.extend(text.split_whitespace().map(|p| p.parse::<i32>().unwrap()));
+        }
+        assert_eq!(
+            children.len(),
+            1,
+            "the supervisor's children: {children:?}\n{}",
+            self.log()
+        );
+        children[0]
+    }
+
+    /// Whether both listeners answer the health name now (rcode 0 within 100 ms each).
+    fn both_answer(&self) -> bool {
+        [self.goal.node_listener.addr(), self.goal.cluster_listener.addr()]
+            .into_iter()
+            .all(|l| matches!(dns_rcode(l, HEALTH_NAME, Duration::from_millis(100)), Ok(0)))
+    }
+
+    /// SIGKILL to CoreDNS; the time until both listeners answer again.
+    fn kill_coredns_and_time_recovery(&mut self) -> (i32, Duration) {
+        let pid = self.coredns_pid();
+        kill(Pid::from_raw(pid), Signal::SIGKILL).unwrap();
+        let killed = Instant::now();
+        // The listeners stop answering once the process is gone.
+        while Path::new(&format!("/proc/{pid}/cmdline")).exists()
+            && std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        while !self.both_answer() {
+            assert!(
+                killed.elapsed() < GIVE_UP,
+                "DNS not back {GIVE_UP:?} after CoreDNS {pid} was killed\n{}",
+                self.log()
+            );
+            if let Some(status) = self.supervisor().try_wait().unwrap() {
+                panic!(
+                    "the supervisor exited ({status}) after CoreDNS was killed\n{}",
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        (pid, killed.elapsed())
+    }
+}
+
+#[test]
+fn coredns_killed_twenty_times_is_started_again_by_the_same_supervisor_each_time() {
+    let mut s = Supervised::start();
+    assert!(s.both_answer(), "not answering after READY=1\n{}", s.log());
+    let supervisor_pid = s.supervisor.0.id();
+    let mut times = Vec::new();
+    let mut pids = Vec::new();
+    for _ in 0..KILLS {
+        let (pid, took) = s.kill_coredns_and_time_recovery();
+        pids.push(pid);
+        times.push(took);
+        // The supervisor saw it healthy too (`/ready` as well), before the next kill.
+        s.until_notified("STATUS=CoreDNS healthy again", GIVE_UP);
+        // Each answer comes from a new CoreDNS under the same supervisor.
+        assert_ne!(s.coredns_pid(), pid, "{}", s.log());
+        assert_eq!(s.supervisor.0.id(), supervisor_pid);
+        assert!(s.supervisor().try_wait().unwrap().is_none(), "{}", s.log());
+    }
+    let log = s.log();
+    assert_eq!(
+        log.matches("CoreDNS exited; starting it again").count(),
+        KILLS,
+        "one restart logged per kill:\n{log}"
+    );
+    times.sort();
+    eprintln!(
+        "CoreDNS SIGKILLed {KILLS} times: both listeners answered again after min {:.0?}, median {:.0?}, \
+         max {:.0?} (all: {:?})",
+        times[0],
+        times[KILLS / 2],
+        times[KILLS - 1],
+        times.iter().map(|t| t.as_millis()).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn a_coredns_that_cannot_start_again_ends_the_supervisor_with_its_status() {
+    let mut s = Supervised::start();
+    let corefile: PathBuf = s.dir.path().join("Corefile");
+    std::fs::write(&corefile, ".:53 {\n    no-such-plugin\n}\n").unwrap();
+    let pid = s.coredns_pid();
+    kill(Pid::from_raw(pid), Signal::SIGKILL).unwrap();
+    let deadline = Instant::now() + GIVE_UP;
+    let status = loop {
+        if let Some(status) = s.supervisor().try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the supervisor kept running\n{}",
+            s.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let log = s.log();
+    assert_eq!(
+        status.code(),
+        Some(1),
+        "CoreDNS's exit code (a bad Corefile):\n{log}"
+    );
+    assert!(log.contains("CoreDNS exited; starting it again"), "{log}");
+    // Started three times in all; the third exit ends it.
+    assert_eq!(
+        log.matches("CoreDNS exited again before it was healthy; starting it again")
+            .count(),
+        2,
+        "{log}"
+    );
+    assert!(log.contains("CoreDNS exited before it became healthy"), "{log}");
+}
