@@ -1,6 +1,7 @@
-//! The PR CI workflow cannot run here, so these tests check it: `actionlint` accepts it, one of
-//! its steps runs the README's test command (`scripts/test.sh`, which `.ci/run` runs too), and it
-//! uploads the JUnit report always and the lab's evidence on failure.
+//! The PR CI workflow cannot run here, so these tests check it: `actionlint` accepts it, its jobs
+//! run the README's test command (`scripts/test.sh`, which `.ci/run` runs whole) in its stages —
+//! lint once, archive once, the archive's tests over a matrix of partitions — and it uploads the
+//! JUnit report always and the lab's evidence on failure.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -92,26 +93,86 @@ fn workflow_passes_actionlint() {
     );
 }
 
+/// The `run:` lines of the workflow that invoke the test command, with their job.
+fn test_command_runs() -> Vec<(String, String)> {
+    steps(&workflow())
+        .into_iter()
+        .flat_map(|(job, step)| {
+            let run = step["run"].as_str().unwrap_or_default().to_owned();
+            command_lines(&run)
+                .into_iter()
+                .filter(|l| invokes(l, TEST_COMMAND))
+                .map(|l| (job.clone(), l.to_owned()))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
 #[test]
-fn a_workflow_step_runs_the_readme_test_command() {
+fn the_workflow_runs_the_readme_test_command_in_its_three_stages() {
     let readme = read("README.md");
     assert!(
         readme.contains(&format!("`{TEST_COMMAND}`")),
         "README.md does not name `{TEST_COMMAND}`"
     );
-    let runners: Vec<_> = steps(&workflow())
-        .into_iter()
-        .filter(|(_, step)| {
-            step["run"]
-                .as_str()
-                .is_some_and(|run| command_lines(run).iter().any(|l| invokes(l, TEST_COMMAND)))
-        })
-        .collect();
+    let runs = test_command_runs();
+    let with_stage = |stage: &str| -> Vec<&(String, String)> {
+        runs.iter()
+            .filter(|(_, l)| {
+                l.starts_with(&format!("{TEST_COMMAND} --stage {stage} "))
+                    || *l == format!("{TEST_COMMAND} --stage {stage}")
+            })
+            .collect()
+    };
     assert_eq!(
-        runners.len(),
-        1,
-        "expected exactly one step of {WORKFLOW} to run {TEST_COMMAND}, found {runners:?}"
+        runs.len(),
+        3,
+        "expected the lint, archive and run stages of {TEST_COMMAND}, one step each: {runs:?}"
     );
+    let (lint, archive, run) = (with_stage("lint"), with_stage("archive"), with_stage("run"));
+    assert_eq!((lint.len(), archive.len(), run.len()), (1, 1, 1), "{runs:?}");
+    // The run stage takes the archive the archive stage wrote, one partition per matrix entry.
+    let archive_file = archive[0]
+        .1
+        .split_whitespace()
+        .nth(3)
+        .expect("the archive stage names its file");
+    let run_line = &run[0].1;
+    assert_eq!(
+        run_line.split_whitespace().nth(3),
+        Some(archive_file),
+        "{run_line}"
+    );
+    assert!(run_line.contains("--partition"), "{run_line}");
+    let jobs = workflow()["jobs"].clone();
+    let run_job = &jobs[run[0].0.as_str()];
+    assert!(
+        run_job["strategy"]["matrix"]
+            .as_mapping()
+            .is_some_and(|m| !m.is_empty()),
+        "the run stage's job has no matrix: {run_job:?}"
+    );
+    let needs = &run_job["needs"];
+    let archive_job = Value::String(archive[0].0.clone());
+    assert!(
+        needs == &archive_job || needs.as_sequence().is_some_and(|n| n.contains(&archive_job)),
+        "the run stage's job does not wait for the archive's job: needs {needs:?}"
+    );
+    assert_ne!(lint[0].0, archive[0].0, "lint and the build run in parallel jobs");
+}
+
+#[test]
+fn the_test_script_has_each_stage() {
+    let script = read(TEST_COMMAND);
+    for needle in [
+        "--stage lint",
+        "--stage archive FILE",
+        "--stage run FILE",
+        "cargo nextest archive --workspace --locked --archive-file \"$archive\"",
+        "cargo nextest run --archive-file \"$archive\"",
+    ] {
+        assert!(script.contains(needle), "{TEST_COMMAND} lacks {needle:?}");
+    }
 }
 
 #[test]
@@ -126,7 +187,7 @@ fn ci_run_calls_the_test_command() {
 }
 
 #[test]
-fn workflow_cargo_commands_are_those_of_the_test_script() {
+fn the_workflow_runs_no_cargo_line_of_its_own_and_the_script_lints() {
     let test_script = read(TEST_COMMAND);
     let script_lines = command_lines(&test_script);
     let mut cargo_lines = 0;
@@ -141,9 +202,10 @@ fn workflow_cargo_commands_are_those_of_the_test_script() {
             }
         }
     }
-    assert!(
-        cargo_lines >= 2,
-        "expected the format and clippy steps in {WORKFLOW}, found {cargo_lines} cargo lines"
+    // Format and clippy run through the test command's lint stage, not as lines of their own.
+    assert_eq!(
+        cargo_lines, 0,
+        "{WORKFLOW} runs cargo itself; it should run {TEST_COMMAND}'s stages"
     );
     assert!(
         script_lines.contains(&"cargo fmt --all -- --check"),
@@ -222,6 +284,10 @@ fn command_matching_sees_the_test_command_only_as_a_command() {
     assert!(invokes("scripts/test.sh", TEST_COMMAND));
     assert!(invokes("exec scripts/test.sh", TEST_COMMAND));
     assert!(invokes("./scripts/test.sh --partition count:1/2", TEST_COMMAND));
+    assert!(invokes(
+        "scripts/test.sh --stage run a.tar.zst --partition count:1/3",
+        TEST_COMMAND
+    ));
     assert!(!invokes("echo scripts/test.sh", TEST_COMMAND));
     assert!(!invokes("scripts/test.sh.bak", TEST_COMMAND));
     assert_eq!(command_lines("# scripts/test.sh\n\n  x  \n"), vec!["x"]);
