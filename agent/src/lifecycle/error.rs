@@ -18,6 +18,15 @@ pub enum LifecycleError {
     RepaveState(#[from] RepaveStateError),
     #[error("`{op}` needs the config to act on: --config FILE")]
     NeedsConfig { op: &'static str },
+    #[error(
+        "the repave to {to} recorded its config as sha256 {sha256}, and no config found matches it \
+         (looked at {looked_at}); run `unbounded-agent repave --config FILE` with that config"
+    )]
+    RepaveConfigLost {
+        to: Slot,
+        sha256: String,
+        looked_at: String,
+    },
     #[error("reset could not remove everything (exit 1):\n{report}")]
     ResetIncomplete { report: String },
     #[error("the machine {slot} still has the boot id {boot_id} it had before; it did not start anew")]
