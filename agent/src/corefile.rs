@@ -14,6 +14,8 @@ pub const BUILTIN_TEMPLATE: &str = include_str!("Corefile.j2");
 pub const HEALTH_NAME: &str = "health-check.localdns.local";
 /// The port of the `ready` plugin on each listener.
 pub const READY_PORT: u16 = 8181;
+/// The DNS port of both listeners.
+pub const DNS_PORT: u16 = 53;
 
 /// A Corefile that could not be rendered, or that does not do what LocalDNS needs.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

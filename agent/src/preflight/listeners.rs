@@ -9,8 +9,8 @@ use crate::hostnet::link::Netlink;
 use super::{Context, Finding, Severity};
 
 pub const NAME: &str = "localdns-listeners";
-/// CoreDNS's `ready` port on each listener.
-pub use crate::corefile::READY_PORT;
+/// The listeners' DNS port and CoreDNS's `ready` port on each.
+pub use crate::corefile::{DNS_PORT, READY_PORT};
 
 /// A socket bound on this host (from `/proc/net/{tcp,udp}` of the current network namespace).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,7 +128,7 @@ pub fn check(
                 ),
             ));
         }
-        for (proto, port) in [("udp", 53), ("tcp", 53), ("tcp", READY_PORT)] {
+        for (proto, port) in [("udp", DNS_PORT), ("tcp", DNS_PORT), ("tcp", READY_PORT)] {
             let users: Vec<Ipv4Addr> = bound
                 .iter()
                 .filter(|b| b.proto == proto && b.port == port && (b.ip == ip || b.ip.is_unspecified()))

@@ -4,11 +4,8 @@ use std::net::Ipv4Addr;
 
 use super::HEADER;
 use super::paths::{NETWORK_UNIT_NAME, applied_config};
-use crate::corefile::READY_PORT;
+use crate::corefile::{DNS_PORT, READY_PORT};
 use crate::goal::{Goal, LocalDnsGoal};
-
-/// The listeners' DNS port.
-const DNS_PORT: u16 = 53;
 
 /// The nft table's family and name, and the comment on every rule.
 pub const NFT_FAMILY: &str = "ip";

@@ -44,7 +44,7 @@ pub struct Settings {
 }
 
 /// DNS port of both listeners.
-pub const DNS_PORT: u16 = 53;
+pub use crate::corefile::DNS_PORT;
 /// The watchdog interval when systemd sets none (the unit's `WatchdogSec=60`).
 pub const DEFAULT_WATCHDOG: Duration = Duration::from_secs(60);
 
