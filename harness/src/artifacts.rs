@@ -1,5 +1,5 @@
 //! Everything a node needs from the lab, published on the lab's artifact server
-//! (`http://192.168.<100+n>.1:8080`) in the layouts the agent fetches, and gathered into one
+//! (`http://192.168.100.1:8080`) in the layouts the agent fetches, and gathered into one
 //! offline bundle directory (docs/design.md §4) so `OfflineArtifacts.Source` alone suffices.
 //!
 //! On the artifact server:
@@ -58,7 +58,7 @@ pub enum ArtifactsError {
 /// What a node config needs from the published artifacts (see `harness::node_config::LabValues`).
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct LabArtifacts {
-    /// `http://192.168.<100+n>.1:8080`.
+    /// `http://192.168.100.1:8080`.
     pub base_url: String,
     /// Without `v` (`1.15.0`).
     pub coredns_version: String,
@@ -188,6 +188,12 @@ pub fn publish(lab: &Lab, cache: &Cache) -> Result<LabArtifacts, ArtifactsError>
         published,
         offline_bundle,
     })
+}
+
+/// One key for every artifact [`publish`] would publish now (the cache entries' own keys), so
+/// it changes with any of them: what a checkpoint of a joined node depends on.
+pub fn published_key(cache: &Cache) -> Result<String, ArtifactsError> {
+    Ok(bundle_key(&inputs(cache)?).hex())
 }
 
 /// The bundle's key: the keys of everything in it, so it changes with any of them.

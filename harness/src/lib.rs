@@ -3,6 +3,7 @@
 
 pub mod artifacts;
 pub mod cache;
+pub mod checkpoint;
 pub mod child;
 pub mod controlplane;
 pub mod deploy;

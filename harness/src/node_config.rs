@@ -49,7 +49,7 @@ pub const POD_CIDR_KEY: &str = "podCIDR";
 /// What only exists once a lab runs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LabValues {
-    /// `https://192.168.<100+n>.1:6443`.
+    /// `https://192.168.100.1:6443`.
     pub api_server: String,
     /// The cluster CA certificate, PEM.
     pub ca_cert_pem: String,

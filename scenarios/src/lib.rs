@@ -19,6 +19,7 @@ pub mod lifecycle;
 pub mod metrics;
 pub mod node;
 pub mod pod_dns;
+pub mod resume;
 
 use std::path::{Path, PathBuf};
 

@@ -34,10 +34,12 @@ pub struct JoinedNode {
     runtime: tokio::runtime::Runtime,
     /// For an offline node: what the probe of the artifact server saw before the deploy.
     offline_probe: Option<offline::NoRoute>,
+    /// The checkpoint the node was resumed from (`None`: it joined here).
+    pub checkpoint: Option<PathBuf>,
 }
 
 /// Prints a step's time (scenarios are long; the output shows where the time goes).
-fn step<T>(what: &str, f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<T> {
+pub(crate) fn step<T>(what: &str, f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<T> {
     let started = Instant::now();
     eprintln!("==> {what} ...");
     let value = f().with_context(|| what.to_string())?;
@@ -160,32 +162,101 @@ impl JoinedNode {
             client,
             runtime,
             offline_probe,
+            checkpoint: None,
         })
     }
 
-    /// Joins a node for `node_config`, runs `case` on it and shuts everything down. When the
-    /// join or the case fails, the node's evidence (VM, machine, kubelet, cluster objects and
-    /// control plane logs) is saved under `$LAB_ARTIFACTS_DIR/<test>/` and its path printed.
+    /// A joined node from its parts (a resumed checkpoint's).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn assemble(
+        vm: Vm,
+        lab: Lab,
+        node: NodeConfig,
+        test: String,
+        artifacts: LabArtifacts,
+        deployed: DeployedNode,
+        client: kube::Client,
+        runtime: tokio::runtime::Runtime,
+        checkpoint: PathBuf,
+    ) -> JoinedNode {
+        JoinedNode {
+            vm,
+            lab,
+            node,
+            test,
+            artifacts,
+            deployed,
+            client,
+            runtime,
+            offline_probe: None,
+            checkpoint: Some(checkpoint),
+        }
+    }
+
+    /// This node with what the offline probe saw (see [`JoinedNode::ensure_stayed_offline`]).
+    pub(crate) fn with_offline_probe(mut self, probe: Option<offline::NoRoute>) -> JoinedNode {
+        self.offline_probe = probe;
+        self
+    }
+
+    /// The VM, the lab and the deployed node, the client and its runtime dropped (to save the
+    /// node into a checkpoint).
+    pub(crate) fn into_parts(self) -> (Vm, Lab, DeployedNode) {
+        let JoinedNode {
+            vm,
+            lab,
+            deployed,
+            client,
+            runtime,
+            ..
+        } = self;
+        drop(client);
+        drop(runtime);
+        (vm, lab, deployed)
+    }
+
+    /// Gets a joined node for `node_config` — resumed from its checkpoint
+    /// ([`JoinedNode::resume_or_join`]: the node as [`prepare_host`] and a real join left it) —
+    /// runs `case` on it and shuts everything down. When the case fails, the node's evidence (VM,
+    /// machine, kubelet, cluster objects and control plane logs) is saved under
+    /// `$LAB_ARTIFACTS_DIR/<test>/` and its path printed.
     pub fn run_case(
+        node_config: &Path,
+        case: impl FnOnce(&mut JoinedNode) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        let node = JoinedNode::resume_or_join(node_config)?;
+        node.run(case)
+    }
+
+    /// [`JoinedNode::run_case`] on a node that always joins for real, with nothing done to the
+    /// VM before the deploy (the `bootstrap` scenario).
+    pub fn run_case_joining(
         node_config: &Path,
         case: impl FnOnce(&mut JoinedNode) -> anyhow::Result<()>,
     ) -> anyhow::Result<()> {
         JoinedNode::run_case_with(node_config, |_| Ok(()), case)
     }
 
-    /// [`JoinedNode::run_case`] joining with [`JoinedNode::join_with`]`(node_config, before_deploy)`.
+    /// [`JoinedNode::run_case`] on a node that joins for real with
+    /// [`JoinedNode::join_with`]`(node_config, before_deploy)`.
     pub fn run_case_with(
         node_config: &Path,
         before_deploy: impl FnOnce(&ClusterLab) -> anyhow::Result<()>,
         case: impl FnOnce(&mut JoinedNode) -> anyhow::Result<()>,
     ) -> anyhow::Result<()> {
-        let mut node = JoinedNode::join_with(node_config, before_deploy)?;
-        if let Err(err) = case(&mut node).and_then(|()| node.ensure_stayed_offline()) {
+        JoinedNode::join_with(node_config, before_deploy)?.run(case)
+    }
+
+    /// Runs `case`, then the offline check; on failure saves the evidence (and keeps the lab
+    /// with `LAB_KEEP=1`); shuts down.
+    fn run(mut self, case: impl FnOnce(&mut JoinedNode) -> anyhow::Result<()>) -> anyhow::Result<()> {
+        let node = &mut self;
+        if let Err(err) = case(node).and_then(|()| node.ensure_stayed_offline()) {
             let dir = node.collect_evidence(&format!("{err:#}"));
             let err = err.context(format!("evidence in {}", dir.display()));
             return Err(keep_if_asked(&node.lab, &node.vm, &node.test, err));
         }
-        node.shutdown()
+        self.shutdown()
     }
 
     /// For an offline node: the artifact server logged no request at all (quoting any it did);

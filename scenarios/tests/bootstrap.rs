@@ -23,7 +23,7 @@ fn node_joins_runs_a_pod_with_a_readable_log_and_start_again_changes_nothing(
     #[case] file: &str,
 ) -> anyhow::Result<()> {
     let node_config = harness::evidence::repo_root().join("node-configs").join(file);
-    JoinedNode::run_case(&node_config, bootstrap)
+    JoinedNode::run_case_joining(&node_config, bootstrap)
 }
 
 fn bootstrap(node: &mut JoinedNode) -> anyhow::Result<()> {

@@ -7,9 +7,9 @@
 //! lab upstream name through 169.254.10.10; and the lab's upstream sees one query for a name
 //! the pod looked up twice (CoreDNS's cache answered the second).
 //!
-//! The lab VM's resolv.conf has only a nameserver, so before the agent is deployed the
-//! scenario adds `search`/`options` lines to it: without them the "plus the host's
-//! search/options" half could not fail.
+//! The lab VM's resolv.conf has only a nameserver, so before the agent is deployed every
+//! checkpointed node gets `search`/`options` lines in it (`scenarios::resume::prepare_host`):
+//! without them the "plus the host's search/options" half could not fail.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
@@ -22,15 +22,11 @@ use scenarios::dns::{
     CLUSTER_LISTENER, DnsPolicy, LOCALDNS_RESOLV_CONF, NODE_LISTENER, Nslookup, ResolvConf, Step, in_machine,
     lookup_pod, machine_resolv_conf, parse_framed, step,
 };
-use scenarios::node::{ClusterLab, JoinedNode};
+use scenarios::node::JoinedNode;
 use scenarios::pod_dns::{
     a_cluster_first_pod_resolves_the_kubernetes_service_through, ensure_server, run_lookup_pod,
 };
 
-/// The lines the scenario adds to the VM's resolv.conf before deploying (a tab on purpose:
-/// docs/design.md §3 tolerates them).
-const HOST_SEARCH: &str = "search\tlab.test";
-const HOST_OPTIONS: &str = "options ndots:2 timeout:2";
 /// The TTL of the lab names the scenario sets: far above CoreDNS's 30 s cache cap, so the
 /// cache, not the record, decides how long an answer is kept.
 const TTL: u32 = 300;
@@ -42,26 +38,7 @@ fn machine_and_pods_resolve_through_the_listeners_the_spec_assigns_them(
     #[case] file: &str,
 ) -> anyhow::Result<()> {
     let node_config = harness::evidence::repo_root().join("node-configs").join(file);
-    JoinedNode::run_case_with(
-        &node_config,
-        give_the_host_resolver_search_and_options,
-        dns_wiring,
-    )
-}
-
-/// Appends [`HOST_SEARCH`] and [`HOST_OPTIONS`] to the VM's `/etc/resolv.conf` (which must
-/// hold one nameserver and nothing else, as lab-net writes it).
-fn give_the_host_resolver_search_and_options(lab: &ClusterLab) -> anyhow::Result<()> {
-    let before = String::from_utf8(lab.vm.read_file("/etc/resolv.conf")?)?;
-    let conf = ResolvConf::parse(&before);
-    ensure!(
-        conf.nameservers().len() == 1 && conf.directives.len() == 1,
-        "the lab VM's /etc/resolv.conf should hold one nameserver line only (lab-net), it holds:\n{before}"
-    );
-    let text = format!("{}\n{HOST_SEARCH}\n{HOST_OPTIONS}\n", before.trim_end());
-    lab.vm.write_file("/etc/resolv.conf", text.as_bytes(), 0o644)?;
-    eprintln!("==> the VM's /etc/resolv.conf before deploying:\n{text}");
-    Ok(())
+    JoinedNode::run_case(&node_config, dns_wiring)
 }
 
 fn dns_wiring(node: &mut JoinedNode) -> anyhow::Result<()> {

@@ -8,7 +8,7 @@ use harness::cache::Cache;
 use harness::images::prune::{self, CurrentKeys, InUse, Verdict};
 use harness::images::{coredns, host, kubernetes, oci, rootfs};
 use harness::lab::owner;
-use harness::vm::{Accel, BootImage, BootMode, RunDir, VmSpec, state};
+use harness::vm::{Accel, BootImage, BootMode, RunDir, VmSpec};
 
 #[derive(clap::Subcommand)]
 pub enum Command {
@@ -85,7 +85,7 @@ impl Image {
                 if spec.effective_boot_mode() == BootMode::Cold {
                     return Ok(PathBuf::from("(not taken: LAB_COLD_BOOT is set)"));
                 }
-                state::ensure(cache, &spec, Accel::from_env()?)?.dir
+                harness::vm::Vm::ensure_saved_state(cache, &spec, Accel::from_env()?)?.dir
             }
         })
     }

@@ -9,7 +9,7 @@ use super::error::ControlPlaneError;
 /// is (it names the host loopback forwarder); `api_server` is what the VMs use.
 #[derive(Clone, Debug)]
 pub struct ClusterAccess {
-    /// The API server as the VMs reach it, `https://192.168.<100+n>.1:6443`.
+    /// The API server as the VMs reach it, `https://192.168.100.1:6443`.
     pub api_server: String,
     /// The API server from the host namespace, `https://127.0.0.1:<port>`.
     pub host_api_server: String,

@@ -1,7 +1,8 @@
 //! [`ProcessControlPlane`]: the Kubernetes components as processes in the lab namespace,
 //! started in order, each only once the previous one is ready:
 //!
-//! 1. the PKI (`<state>/pki`), `10.96.0.10/32` on the namespace's `lo`;
+//! 1. the PKI (`<state>/pki`: generated, or the one of a state restored from a checkpoint, whose
+//!    etcd data is kept too), `10.96.0.10/32` on the namespace's `lo`;
 //! 2. etcd on `127.0.0.1:2379` — ready when `GET /health` says `"health":"true"`;
 //! 3. kube-apiserver on `:6443`, forwarded to `127.0.0.1:<16443+n>` on the host — ready when
 //!    `kubectl get --raw /readyz` (through that forwarder) prints `ok`;
@@ -56,7 +57,14 @@ impl ProcessControlPlane {
         for dir in [&spec.state_dir, &spec.log_dir] {
             fs::create_dir_all(dir).map_err(io_err("creating", dir))?;
         }
-        let pki = Pki::generate(&PkiSpec::for_lab(&spec.addrs), &spec.state_dir.join("pki"))?;
+        // A state restored from a checkpoint (`crate::checkpoint`) keeps its PKI and etcd data:
+        // the node saved with it holds certificates of this CA and is a member of that cluster.
+        let pki_dir = spec.state_dir.join("pki");
+        let pki = if pki_dir.exists() {
+            Pki::open(&pki_dir)?
+        } else {
+            Pki::generate(&PkiSpec::for_lab(&spec.addrs), &pki_dir)?
+        };
         let bin = |name: &str| spec.bin_dir.join(name);
         let bootstrap_kubeconfig = spec.state_dir.join("bootstrap.kubeconfig");
         let mut plane = ProcessControlPlane {

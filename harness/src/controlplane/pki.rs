@@ -49,7 +49,7 @@ const BACKDATE: Duration = Duration::hours(1);
 pub struct PkiSpec {
     /// The cluster's name in kubeconfigs (`lab`).
     pub cluster_name: String,
-    /// The API server URL written into the kubeconfigs (`https://192.168.<100+n>.1:6443`).
+    /// The API server URL written into the kubeconfigs (`https://192.168.100.1:6443`).
     pub server_url: String,
     /// IP SANs of the API server's serving certificate.
     pub apiserver_ips: Vec<IpAddr>,

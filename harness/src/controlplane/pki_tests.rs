@@ -116,7 +116,7 @@ fn apiserver_serving_cert_names_every_lab_address() {
     .map(String::from)
     .into();
     assert_eq!(names, expected_names);
-    let expected_ips: BTreeSet<IpAddr> = ["192.168.103.1", "127.0.0.1", "10.96.0.1"]
+    let expected_ips: BTreeSet<IpAddr> = ["192.168.100.1", "127.0.0.1", "10.96.0.1"]
         .map(|ip| ip.parse().unwrap())
         .into();
     assert_eq!(ips, expected_ips);
@@ -190,7 +190,7 @@ fn secrets_are_private_and_everything_is_written() {
     }
     let reopened = Pki::open(&pki.dir).unwrap();
     assert_eq!(reopened.bootstrap_token, pki.bootstrap_token);
-    assert_eq!(reopened.server_url, "https://192.168.103.1:6443");
+    assert_eq!(reopened.server_url, "https://192.168.100.1:6443");
 }
 
 #[test]
@@ -210,7 +210,7 @@ fn kubeconfigs_are_yaml_naming_the_ca_server_and_identity() {
         let config: serde_yaml_ng::Value = serde_yaml_ng::from_str(&fs::read_to_string(&path).unwrap())
             .unwrap_or_else(|e| panic!("{} is not YAML: {e}", path.display()));
         let cluster = &config["clusters"][0]["cluster"];
-        assert_eq!(cluster["server"].as_str(), Some("https://192.168.103.1:6443"));
+        assert_eq!(cluster["server"].as_str(), Some("https://192.168.100.1:6443"));
         let ca_data = STANDARD
             .decode(cluster["certificate-authority-data"].as_str().unwrap())
             .unwrap();

@@ -45,7 +45,7 @@ pub struct ControlPlaneSpec {
 }
 
 impl ControlPlaneSpec {
-    /// `https://192.168.<100+n>.1:6443`.
+    /// `https://192.168.100.1:6443`.
     pub fn api_server(&self) -> String {
         format!("https://{}:{API_SERVER_PORT}", self.addrs.bridge_ip())
     }

@@ -39,7 +39,7 @@ use crate::node_config::{LabValues, NodeConfig};
 use crate::vm::Vm;
 
 /// A node whose `start` finished (kubelet active; the Node's readiness is the caller's check).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct DeployedNode {
     /// The Kubernetes node name.
     pub name: String,

@@ -1,20 +1,25 @@
-//! A lab's names and addresses, all derived from its number `n` (see docs/lab.md).
+//! A lab's names and addresses (see docs/lab.md). The names on this host follow the lab's
+//! number `n`; what a VM sees does not: every lab has the same subnet, inside its own network
+//! namespace, so a VM's address, gateway, DNS server and MAC are the same in any lab and a
+//! saved joined node ([`crate::checkpoint`]) resumes in whichever lab a test gets.
 //!
 //! | what                 | value                          |
 //! |----------------------|--------------------------------|
 //! | network namespace    | `lab-<n>`                      |
-//! | bridge               | `labbr<n>`, `192.168.<100+n>.1/24` |
-//! | upstream DNS         | `192.168.<100+n>.1:53` (UDP and TCP) |
-//! | artifact HTTP server | `192.168.<100+n>.1:8080`       |
-//! | API server (later)   | `192.168.<100+n>.1:6443`       |
-//! | VM `k` (from 0)      | tap `labtap<n>-<k>`, `192.168.<100+n>.<10+k>`, MAC `52:54:00:6c:<n>:<k>` |
+//! | bridge               | `labbr<n>`, `192.168.100.1/24` |
+//! | upstream DNS         | `192.168.100.1:53` (UDP and TCP) |
+//! | artifact HTTP server | `192.168.100.1:8080`           |
+//! | API server           | `192.168.100.1:6443`           |
+//! | VM `k` (from 0)      | tap `labtap<n>-<k>`, `192.168.100.<10+k>`, MAC `52:54:00:6c:00:<k>` |
 
 use std::net::{Ipv4Addr, SocketAddr};
 
 /// The lab number reserved for `harness lab up`; tests use `NEXTEST_TEST_GLOBAL_SLOT + 1`.
 pub const INTERACTIVE_LAB: u8 = 0;
-/// The highest lab number (the subnet's third octet is `100 + n` ≤ 254).
+/// The highest lab number (names and host ports stay short and distinct up to it).
 pub const MAX_LAB: u8 = 154;
+/// The third octet of every lab's subnet, `192.168.100.0/24`.
+const SUBNET_OCTET: u8 = 100;
 /// How many VMs one lab can hold (`.10` up to `.249`).
 pub const MAX_VMS: u8 = 240;
 /// The artifact HTTP server's port on the bridge address.
@@ -57,9 +62,9 @@ impl LabAddrs {
         format!("labtap{}-{}", self.n, k)
     }
 
-    /// The bridge's address, where every lab service listens.
+    /// The bridge's address, where every lab service listens: `192.168.100.1` in every lab.
     pub fn bridge_ip(&self) -> Ipv4Addr {
-        Ipv4Addr::new(192, 168, 100 + self.n, 1)
+        Ipv4Addr::new(192, 168, SUBNET_OCTET, 1)
     }
 
     /// The upstream DNS server the VMs use.
@@ -72,19 +77,20 @@ impl LabAddrs {
         SocketAddr::from((self.bridge_ip(), HTTP_PORT))
     }
 
-    /// The artifact server's base URL, `http://192.168.<100+n>.1:8080`.
+    /// The artifact server's base URL, `http://192.168.100.1:8080`.
     pub fn http_url(&self) -> String {
         format!("http://{}", self.http())
     }
 
-    /// The address of VM `k`, `192.168.<100+n>.<10+k>`.
+    /// The address of VM `k`, `192.168.100.<10+k>` in every lab.
     pub fn vm_ip(&self, k: u8) -> Option<Ipv4Addr> {
-        (k < MAX_VMS).then(|| Ipv4Addr::new(192, 168, 100 + self.n, 10 + k))
+        (k < MAX_VMS).then(|| Ipv4Addr::new(192, 168, SUBNET_OCTET, 10 + k))
     }
 
-    /// The MAC of VM `k`: QEMU's prefix `52:54:00`, then `6c` ("l"), `n`, `k`.
+    /// The MAC of VM `k`: QEMU's prefix `52:54:00`, then `6c` ("l"), `00`, `k` (every lab has
+    /// its own bridge, so the same MAC in two labs never meets).
     pub fn vm_mac(&self, k: u8) -> String {
-        format!("52:54:00:6c:{:02x}:{:02x}", self.n, k)
+        format!("52:54:00:6c:00:{k:02x}")
     }
 }
 
@@ -101,16 +107,23 @@ mod tests {
     }
 
     #[test]
-    fn addresses_follow_the_lab_number() {
+    fn host_names_follow_the_lab_number_and_what_a_vm_sees_does_not() {
         let lab = LabAddrs::new(3).unwrap();
         assert_eq!(lab.netns(), "lab-3");
         assert_eq!(lab.bridge(), "labbr3");
         assert_eq!(lab.tap(1), "labtap3-1");
-        assert_eq!(lab.bridge_ip(), Ipv4Addr::new(192, 168, 103, 1));
-        assert_eq!(lab.dns().to_string(), "192.168.103.1:53");
-        assert_eq!(lab.http_url(), "http://192.168.103.1:8080");
-        assert_eq!(lab.vm_ip(0), Some(Ipv4Addr::new(192, 168, 103, 10)));
+        assert_eq!(lab.bridge_ip(), Ipv4Addr::new(192, 168, 100, 1));
+        assert_eq!(lab.dns().to_string(), "192.168.100.1:53");
+        assert_eq!(lab.http_url(), "http://192.168.100.1:8080");
+        assert_eq!(lab.vm_ip(0), Some(Ipv4Addr::new(192, 168, 100, 10)));
         assert_eq!(lab.vm_ip(MAX_VMS), None);
-        assert_eq!(lab.vm_mac(2), "52:54:00:6c:03:02");
+        assert_eq!(lab.vm_mac(2), "52:54:00:6c:00:02");
+        let other = LabAddrs::new(1).unwrap();
+        assert_ne!(other.netns(), lab.netns());
+        assert_eq!(
+            (other.bridge_ip(), other.vm_ip(2), other.vm_mac(2)),
+            (lab.bridge_ip(), lab.vm_ip(2), lab.vm_mac(2)),
+            "a VM sees the same addresses in every lab"
+        );
     }
 }

@@ -4,12 +4,12 @@
 //!
 //! | what | where |
 //! |---|---|
-//! | API server | `https://192.168.<100+n>.1:6443`; on the host `https://127.0.0.1:<16443+n>` (a forwarder) |
+//! | API server | `https://192.168.100.1:6443`; on the host `https://127.0.0.1:<16443+n>` (a forwarder) |
 //! | admin kubeconfig for the host | `$LAB_RUN_DIR/lab-<n>/kubeconfig` |
 //! | PKI, etcd data, Corefile | `$LAB_RUN_DIR/lab-<n>/control-plane/` |
 //! | logs (`etcd.log`, `kube-apiserver.log`, ...) | `<lab log dir>/control-plane/` |
 //! | cluster DNS | `10.96.0.10:53` on the namespace's `lo` |
-//! | pod CIDR of VM `k` | `10.244.<k>.0/24` via `192.168.<100+n>.<10+k>` |
+//! | pod CIDR of VM `k` | `10.244.<k>.0/24` via `192.168.100.<10+k>` |
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -53,16 +53,35 @@ pub fn crd_dir() -> PathBuf {
     crate::evidence::repo_root().join("deploy").join("crd")
 }
 
-/// Starts the process-based control plane of lab `addrs`.
+/// `<run dir>/control-plane`: the control plane's state (PKI, etcd data, Corefile).
+pub fn state_dir(run_dir: &Path) -> PathBuf {
+    run_dir.join("control-plane")
+}
+
+/// Starts the process-based control plane of lab `addrs`; with `restore`, from a copy of that
+/// saved state (a checkpoint's, [`crate::checkpoint`]) instead of a new PKI and an empty etcd.
 pub fn start(
     images: &ClusterImages,
     addrs: &LabAddrs,
     run_dir: &Path,
     log_dir: &Path,
+    restore: Option<&Path>,
 ) -> Result<Box<dyn ControlPlane>, LabError> {
+    let state = state_dir(run_dir);
+    if let Some(saved) = restore {
+        crate::checkpoint::copy_tree(saved, &state).map_err(|e| {
+            LabError::ControlPlane(Box::new(ControlPlaneError::Netns {
+                netns: addrs.netns(),
+                message: format!(
+                    "restoring the control plane's state from {}: {e}",
+                    saved.display()
+                ),
+            }))
+        })?;
+    }
     let spec = ControlPlaneSpec {
         addrs: *addrs,
-        state_dir: run_dir.join("control-plane"),
+        state_dir: state,
         log_dir: log_dir.join("control-plane"),
         admin_kubeconfig: admin_kubeconfig(run_dir),
         bin_dir: images.kubernetes.bin_dir.clone(),

@@ -32,6 +32,9 @@ pub struct LabSpec {
     pub http_root: Option<PathBuf>,
     /// Start the Kubernetes control plane in the lab (see [`super::cluster`]); `lab.cluster()`.
     pub control_plane: bool,
+    /// Start the control plane from a copy of this saved state (a checkpoint's PKI, etcd data
+    /// and kubeconfigs, [`crate::checkpoint`]) instead of a new cluster.
+    pub control_plane_state: Option<PathBuf>,
 }
 
 impl LabSpec {
@@ -126,7 +129,7 @@ fn open_log(dir: &Path, name: &str) -> Result<File, LabError> {
 
 impl Lab {
     /// Sweeps stale labs, claims a lab number, makes namespace `lab-<n>` with
-    /// bridge `labbr<n>` at `192.168.<100+n>.1/24`, and starts the upstream
+    /// bridge `labbr<n>` at `192.168.100.1/24`, and starts the upstream
     /// DNS server (`:53`) and the artifact server (`:8080`) on that address.
     pub fn start(spec: LabSpec) -> Result<Lab, LabError> {
         let started = Instant::now();
@@ -165,7 +168,13 @@ impl Lab {
         lab.http = HttpControl::new(http_root, Some(open_log(&lab.log_dir, "http-requests.log")?));
         lab.services = Some(Services::start(&addrs, lab.dns.clone(), lab.http.clone())?);
         if let Some(images) = &cluster_images {
-            lab.cluster = Some(super::cluster::start(images, &addrs, &lab.run_dir, &lab.log_dir)?);
+            lab.cluster = Some(super::cluster::start(
+                images,
+                &addrs,
+                &lab.run_dir,
+                &lab.log_dir,
+                spec.control_plane_state.as_deref(),
+            )?);
         }
         lab.record().write(&lab.run_dir)?;
         tracing::info!(lab = %name, took = ?started.elapsed(), swept = ?lab.swept, "lab up");
@@ -231,6 +240,28 @@ impl Lab {
     /// The cluster, when the lab was started with `LabSpec.control_plane`.
     pub fn cluster(&self) -> Option<&crate::controlplane::ClusterAccess> {
         self.cluster.as_deref().map(|c| c.access())
+    }
+
+    /// Stops the control plane (its processes and the host forwarder) and returns its state
+    /// directory, which stays until the lab is torn down: what a checkpoint copies. The lab has
+    /// no cluster afterwards; fails naming what could not be stopped.
+    pub fn stop_control_plane(&mut self) -> Result<PathBuf, LabError> {
+        let Some(mut cluster) = self.cluster.take() else {
+            return Err(LabError::ControlPlane(Box::new(
+                crate::controlplane::ControlPlaneError::Netns {
+                    netns: self.name(),
+                    message: "the lab has no control plane to stop".into(),
+                },
+            )));
+        };
+        let problems = cluster.stop();
+        if !problems.is_empty() {
+            return Err(LabError::Leftovers {
+                lab: self.name(),
+                problems,
+            });
+        }
+        Ok(super::cluster::state_dir(&self.run_dir))
     }
 
     /// The pids of the control plane's processes (empty without one).

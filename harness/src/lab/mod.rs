@@ -7,15 +7,15 @@
 //! let lab = Lab::start(LabSpec::for_test("dns_answers"))?; // lab-<slot+1>, 192.168.<101+slot>.1
 //! lab.dns().set_a("web.lab.test", &["10.0.0.1".parse()?], 5)?;
 //! lab.http().publish("/coredns/coredns.tgz", std::path::Path::new("/tmp/coredns.tgz"))?;
-//! let nic = lab.attach_vm()?;        // tap labtap<n>-0, 192.168.<100+n>.10, for the VM runtime
-//! println!("{} {}", nic.tap, nic.ip); // labtap<n>-0 192.168.<100+n>.10
+//! let nic = lab.attach_vm()?;        // tap labtap<n>-0, 192.168.100.10, for the VM runtime
+//! println!("{} {}", nic.tap, nic.ip); // labtap<n>-0 192.168.100.10
 //! assert_eq!(lab.http().request_count(), 0);
 //! lab.shutdown()?;                   // or drop: kills, deletes, checks nothing is left
 //! # Ok(()) }
 //! ```
 //!
 //! * Lab `n` (`NEXTEST_TEST_GLOBAL_SLOT + 1` in tests, 0 for `harness lab up`):
-//!   namespace `lab-<n>`, bridge `labbr<n>` at `192.168.<100+n>.1/24`, taps
+//!   namespace `lab-<n>`, bridge `labbr<n>` at `192.168.100.1/24`, taps
 //!   `labtap<n>-<k>`; see [`addr`] for the whole table.
 //! * Services run in this process: their sockets are bound by a thread that
 //!   entered the namespace with `setns`, and served by a thread of our own

@@ -45,7 +45,7 @@ fn ip(args: &[&str]) -> Result<(), LabError> {
     Ok(())
 }
 
-/// Creates namespace `lab-<n>` with `lo` up and bridge `labbr<n>` at `192.168.<100+n>.1/24`.
+/// Creates namespace `lab-<n>` with `lo` up and bridge `labbr<n>` at `192.168.100.1/24`.
 pub fn create(addrs: &LabAddrs) -> Result<(), LabError> {
     let ns = addrs.netns();
     let bridge = addrs.bridge();

@@ -2,7 +2,8 @@
 //! saved boot's clock, address and MAC. One guest command ([`setup_argv`]) sets the clock
 //! from the host (roughly: starting the first process after a resume takes a second or two;
 //! `guest-set-time` then sets it precisely), gives the NIC the VM's MAC, rewrites `/run/systemd/network/10-lab.network`
-//! and `/etc/resolv.conf` as `lab-net.service` would from `lab.ip= lab.gw= lab.dns=`, has
+//! and `/etc/resolv.conf` as `lab-net.service` would from `lab.ip= lab.gw= lab.dns=` (each only
+//! when it differs: a resumed joined node keeps its resolver's search and options), has
 //! networkd apply them, waits for the address and default route, mounts the 9p share when the VM has one, and
 //! prints the boot id. From its first reboot on, the guest takes all of this from the kernel
 //! command line and NIC of the resumed QEMU, like a cold-booted VM.
@@ -87,8 +88,10 @@ if [ "$old" != "$(printf '%s\n' "$new" | sed 1d)" ]; then
 	networkctl reload
 	networkctl reconfigure "$dev"
 fi
-printf 'nameserver %s\n' "$dns" >/etc/resolv.conf.lab-tmp
-mv -f /etc/resolv.conf.lab-tmp /etc/resolv.conf
+if ! grep -qx "nameserver $dns" /etc/resolv.conf 2>/dev/null; then
+	printf 'nameserver %s\n' "$dns" >/etc/resolv.conf.lab-tmp
+	mv -f /etc/resolv.conf.lab-tmp /etc/resolv.conf
+fi
 configured() {
 	ip -o addr show dev "$dev" | grep -qF " $ip " &&
 		ip -4 route show default dev "$dev" | grep -qF "via $gw "

@@ -21,19 +21,16 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::accel::Accel;
-use super::machine::Vm;
-use super::overlay;
 use super::qemu;
 use super::spec::{BootMode, Net, VmSpec};
 use crate::cache::{Cache, CacheError, RecipeKey};
-use crate::progress::Step;
 
 /// The cache kind of saved states.
 pub const KIND: &str = "vm-state";
@@ -105,9 +102,14 @@ impl StateInputs {
 
     /// The cache key.
     pub fn key(&self) -> RecipeKey {
+        self.key_of(KIND)
+    }
+
+    /// The key of these inputs for cache kind `kind` (a checkpoint's inputs are kept the same way).
+    pub fn key_of(&self, kind: &str) -> RecipeKey {
         self.0
             .iter()
-            .fold(RecipeKey::new(KIND), |key, (name, value)| key.with(name, value))
+            .fold(RecipeKey::new(kind), |key, (name, value)| key.with(name, value))
     }
 
     /// The names whose values differ from `other`'s (or exist in only one).
@@ -205,15 +207,6 @@ impl SavedState {
     }
 }
 
-/// The saved state for `spec` under `accel`: found in the cache, or built now by booting the
-/// image once (shown as progress; other processes wait for the same build).
-pub fn ensure(cache: &Cache, spec: &VmSpec, accel: Accel) -> Result<SavedState, StateError> {
-    let inputs = StateInputs::for_spec(spec, accel)?;
-    let key = inputs.key().hex();
-    prune(cache);
-    ensure_with(cache, spec, &inputs, |out, log| take(spec, accel, &key, out, log))
-}
-
 /// Removes the saved states whose base disk is gone (their image was rebuilt or removed):
 /// none of them can be used again. Best effort.
 pub fn prune(cache: &Cache) {
@@ -240,7 +233,7 @@ pub fn prune(cache: &Cache) {
     }
 }
 
-/// [`ensure`] with given inputs and a given way to produce an entry's files (`booted.qcow2`,
+/// [`Vm::ensure_saved_state`](super::Vm::ensure_saved_state) with given inputs and a given way to produce an entry's files (`booted.qcow2`,
 /// `state.zst`, `console.log`; `take` returns the boot and save durations). `state.json` is
 /// written here. A stale entry is removed and built again once.
 pub fn ensure_with(
@@ -312,57 +305,8 @@ pub fn template_spec(spec: &VmSpec, lab: &str) -> VmSpec {
     template
 }
 
-/// Boots the image once into `out`, waits for readiness, lets it settle, and saves it.
-fn take(
-    spec: &VmSpec,
-    accel: Accel,
-    key: &str,
-    out: &Path,
-    log: &Path,
-) -> anyhow::Result<(Duration, Duration)> {
-    let step = Step::start(format!("saved VM state {key}: booting the image once ({accel})"));
-    let disk = out.join(DISK);
-    overlay::create(&spec.image.disk, &disk)?;
-    let share = out.join("share");
-    fs::create_dir_all(&share)?;
-    let mut template = template_spec(spec, &format!("vmstate-{key}"));
-    template.accel = Some(accel);
-    let started = Instant::now();
-    let mut vm = Vm::boot_template(template, &disk, &share)?;
-    let boot = started.elapsed();
-    step.message(&format!(
-        "booted in {:.1}s; letting it settle",
-        boot.as_secs_f64()
-    ));
-    // Let the boot finish its jobs (so every clone does not redo them), then drop what must
-    // not be in the state: the 9p mount (QEMU refuses to migrate while it is mounted).
-    let settle = vm
-        .cmd("timeout 60 systemctl is-system-running --wait; umount /mnt/lab 2>/dev/null; sync; true")
-        .timeout(vm.deadlines().boot)
-        .run()?;
-    std::fs::write(log, settle.stdout_text())?;
-    step.message("saving (stop + migrate)");
-    let stream = out.join(STREAM);
-    let started = Instant::now();
-    vm.save(&format!(
-        "exec:zstd -q -1 -c > {}",
-        shell_quote(&stream).map_err(anyhow::Error::msg)?
-    ))?;
-    let save = started.elapsed();
-    let _ = fs::copy(vm.run_dir().console(), out.join(CONSOLE));
-    vm.shutdown()?;
-    fs::remove_dir(&share)?;
-    for file in [&disk, &stream] {
-        fs::set_permissions(file, fs::Permissions::from_mode(0o444))?;
-    }
-    let size = fs::metadata(&stream)?.len();
-    step.message(&format!("saved {} MB in {:.1}s", size >> 20, save.as_secs_f64()));
-    step.finish();
-    Ok((boot, save))
-}
-
 /// `'path'` for `/bin/sh`; paths with a quote are refused.
-fn shell_quote(path: &Path) -> Result<String, String> {
+pub(crate) fn shell_quote(path: &Path) -> Result<String, String> {
     let text = path.display().to_string();
     if text.contains('\'') {
         return Err(format!("path {text} contains a quote"));
