@@ -166,20 +166,27 @@ impl JoinedNode {
         })
     }
 
-    /// A joined node from its parts (a resumed checkpoint's).
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn assemble(
-        vm: Vm,
-        lab: Lab,
+    /// A joined node from a resumed checkpoint (`checkpoint`: its directory).
+    pub(crate) fn from_resumed(
+        resumed: harness::checkpoint::node::ResumedNode,
         node: NodeConfig,
         test: String,
-        artifacts: LabArtifacts,
-        deployed: DeployedNode,
-        client: kube::Client,
-        runtime: tokio::runtime::Runtime,
         checkpoint: PathBuf,
-    ) -> JoinedNode {
-        JoinedNode {
+    ) -> anyhow::Result<JoinedNode> {
+        let harness::checkpoint::node::ResumedNode {
+            lab,
+            vm,
+            artifacts,
+            deployed,
+            offline_probe,
+        } = resumed;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("starting a tokio runtime")?;
+        let cluster = lab.cluster().context("the lab has no control plane")?.clone();
+        let client = runtime.block_on(cluster.client())?;
+        Ok(JoinedNode {
             vm,
             lab,
             node,
@@ -188,15 +195,9 @@ impl JoinedNode {
             deployed,
             client,
             runtime,
-            offline_probe: None,
+            offline_probe,
             checkpoint: Some(checkpoint),
-        }
-    }
-
-    /// This node with what the offline probe saw (see [`JoinedNode::ensure_stayed_offline`]).
-    pub(crate) fn with_offline_probe(mut self, probe: Option<offline::NoRoute>) -> JoinedNode {
-        self.offline_probe = probe;
-        self
+        })
     }
 
     /// The VM, the lab and the deployed node, the client and its runtime dropped (to save the

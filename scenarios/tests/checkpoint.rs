@@ -163,3 +163,106 @@ fn the_host_has_its_localdns_link_and_table(node: &JoinedNode) -> anyhow::Result
     );
     Ok(())
 }
+
+/// How long `harness lab up` gets to resume the node and say the lab runs (TCG, a loaded host).
+const LAB_UP_DEADLINE: Duration = Duration::from_secs(600);
+
+/// `harness lab up` resumes a node from its checkpoint when one exists for its key, says so,
+/// and the Node is Ready in the lab it keeps; `harness lab down` then takes it all away.
+#[test]
+fn harness_lab_up_resumes_the_node_from_its_checkpoint_and_says_so() -> anyhow::Result<()> {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+
+    let node_config = harness::evidence::repo_root()
+        .join("node-configs")
+        .join("localdns.json");
+    let cache = harness::cache::Cache::open()?;
+    let saved = scenarios::resume::ensure_checkpoint(&cache, &node_config)?;
+    let binary = harness::deploy::plan::target_dir().join("debug").join("harness");
+    ensure!(
+        binary.is_file(),
+        "the harness binary {} is missing: build it with `cargo build -p harness` (scripts/test.sh does)",
+        binary.display()
+    );
+    // A lab number of its own: 100 + the nextest slot (scenarios use slot + 1).
+    let slot: u8 = std::env::var("NEXTEST_TEST_GLOBAL_SLOT")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let lab = (100 + slot).to_string();
+    let mut up = Command::new(&binary)
+        .args(["lab", "up", "--lab", &lab])
+        .arg(&node_config)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {}", binary.display()))?;
+    let stderr = up.stderr.take().context("lab up's stderr")?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut seen = String::new();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            eprintln!("    lab up: {line}");
+            seen += &line;
+            seen += "\n";
+            if line.contains("is running") {
+                let _ = tx.send(Ok(seen.clone()));
+            }
+        }
+        let _ = tx.send(Err(seen));
+    });
+    let seen = match rx.recv_timeout(LAB_UP_DEADLINE) {
+        Ok(Ok(seen)) => seen,
+        Ok(Err(seen)) => {
+            let _ = up.wait();
+            anyhow::bail!("`harness lab up --lab {lab}` ended before its lab ran:\n{seen}")
+        }
+        Err(_) => {
+            let _ = up.kill();
+            anyhow::bail!(
+                "`harness lab up --lab {lab}` did not report a running lab within {LAB_UP_DEADLINE:?}"
+            )
+        }
+    };
+    let result = (|| -> anyhow::Result<()> {
+        ensure!(
+            seen.contains(&format!("from checkpoint {}", saved.dir.display()))
+                && seen.contains("resumed from its checkpoint"),
+            "`harness lab up` did not say it resumed the node from {}:\n{seen}",
+            saved.dir.display()
+        );
+        ensure!(
+            !seen.contains("joining for real"),
+            "`harness lab up` joined for real:\n{seen}"
+        );
+        let ready = agent::exec::run_stdout(Command::new(&binary).args([
+            "lab",
+            "kubectl",
+            "--lab",
+            &lab,
+            "--",
+            "get",
+            "node",
+            &saved.info.deployed.name,
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+        ]))?;
+        ensure!(
+            ready.trim() == "True",
+            "Node {} is not Ready in lab {lab}: {ready:?}",
+            saved.info.deployed.name
+        );
+        Ok(())
+    })();
+    let down = agent::exec::run(Command::new(&binary).args(["lab", "down", "--lab", &lab]));
+    let status = up.wait()?;
+    result?;
+    down?;
+    ensure!(
+        status.success(),
+        "`harness lab up` exited with {status} after `lab down`"
+    );
+    Ok(())
+}

@@ -8,7 +8,7 @@
 //! the pod looked up twice (CoreDNS's cache answered the second).
 //!
 //! The lab VM's resolv.conf has only a nameserver, so before the agent is deployed every
-//! checkpointed node gets `search`/`options` lines in it (`scenarios::resume::prepare_host`):
+//! checkpointed node gets `search`/`options` lines in it (`harness::checkpoint::node::prepare_host`):
 //! without them the "plus the host's search/options" half could not fail.
 
 use std::net::{IpAddr, Ipv4Addr};

@@ -41,6 +41,10 @@ pub enum Command {
         /// No Kubernetes control plane.
         #[arg(long)]
         no_control_plane: bool,
+        /// Join the node for real even when a checkpoint of it exists (the scenarios save
+        /// one per node config; `LAB_NO_CHECKPOINT=1` does the same).
+        #[arg(long)]
+        no_checkpoint: bool,
         #[command(flatten)]
         at: LabArg,
     },
@@ -101,11 +105,13 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
             no_vm,
             control_plane,
             no_control_plane,
+            no_checkpoint,
             at,
         } => up(
             &node_config,
             no_vm,
             control_plane || !(no_vm || no_control_plane),
+            !no_checkpoint && harness::checkpoint::enabled(),
             at.number()?,
         ),
         Command::Down { at, timeout } => down(at.number()?, Duration::from_secs(timeout)),
@@ -122,7 +128,26 @@ fn node_name(path: &Path) -> anyhow::Result<String> {
     Ok(harness::node_config::NodeConfig::load(path)?.name().to_string())
 }
 
-fn up(node_config: &Path, no_vm: bool, control_plane: bool, number: u8) -> anyhow::Result<ExitCode> {
+fn up(
+    node_config: &Path,
+    no_vm: bool,
+    control_plane: bool,
+    checkpoint: bool,
+    number: u8,
+) -> anyhow::Result<ExitCode> {
+    let spec = lab_spec(control_plane, number);
+    if checkpoint && control_plane && !no_vm {
+        let started = Instant::now();
+        if let Some((lab, vm)) = resume_from_checkpoint(node_config, spec.clone())? {
+            add_hand_name(&lab)?;
+            eprintln!(
+                "==> node {} resumed from its checkpoint in {:.1}s",
+                vm.name(),
+                started.elapsed().as_secs_f64()
+            );
+            return keep_until_signal(lab, Some(vm), true);
+        }
+    }
     let image = if no_vm {
         None
     } else {
@@ -135,21 +160,9 @@ fn up(node_config: &Path, no_vm: bool, control_plane: bool, number: u8) -> anyho
     if control_plane {
         eprintln!("==> starting the lab and its control plane (etcd, kube-apiserver, ...) ...");
     }
-    let mut spec = LabSpec {
-        number: Some(number),
-        control_plane,
-        ..LabSpec::interactive()
-    };
-    if number != harness::lab::addr::INTERACTIVE_LAB {
-        // Another lab number (the tests' `--lab`) keeps its logs apart from lab 0's.
-        spec.log_dir = Some(harness::evidence::test_dir(&format!("lab-up-{number}")).join("lab"));
-    }
     let lab = Lab::start(spec)?;
     let addrs = *lab.addrs();
-    // One upstream name to try by hand (docs/quickstart.md): the lab's DNS answers nothing else.
-    lab.dns()
-        .set_a(HAND_NAME, &[addrs.bridge_ip()], 300)
-        .context("adding the lab's example name")?;
+    add_hand_name(&lab)?;
     eprintln!(
         "==> lab {} up in {:.1}s: bridge {}/24, upstream DNS {}, artifacts {} (serving {})",
         lab.name(),
@@ -185,6 +198,66 @@ fn up(node_config: &Path, no_vm: bool, control_plane: bool, number: u8) -> anyho
         Some(vm) if lab.cluster().is_some() => harness::deploy::join::join_and_report(&lab, vm, node_config),
         _ => true,
     };
+    keep_until_signal(lab, vm, joined)
+}
+
+/// One upstream name to try by hand (docs/quickstart.md): the lab's DNS answers nothing else.
+fn add_hand_name(lab: &Lab) -> anyhow::Result<()> {
+    lab.dns()
+        .set_a(HAND_NAME, &[lab.addrs().bridge_ip()], 300)
+        .context("adding the lab's example name")
+}
+
+/// Lab `number` as `harness lab up` runs it; another number than 0 (the tests' `--lab`) keeps
+/// its logs apart from lab 0's.
+fn lab_spec(control_plane: bool, number: u8) -> LabSpec {
+    let mut spec = LabSpec {
+        number: Some(number),
+        control_plane,
+        ..LabSpec::interactive()
+    };
+    if number != harness::lab::addr::INTERACTIVE_LAB {
+        spec.log_dir = Some(harness::evidence::test_dir(&format!("lab-up-{number}")).join("lab"));
+    }
+    spec
+}
+
+/// The node of `node_config` resumed from its checkpoint into the lab of `spec`, when one
+/// exists for the node as things are now (agent binary, node config, images; see docs/lab.md,
+/// "Joined-node checkpoints"); `None` (saying why) when there is none or QEMU cannot load it.
+fn resume_from_checkpoint(node_config: &Path, spec: LabSpec) -> anyhow::Result<Option<(Lab, Vm)>> {
+    use harness::checkpoint::node::{self as saved_node, NodeCheckpointError};
+    let node = harness::node_config::NodeConfig::load(node_config)?;
+    let cache = harness::cache::Cache::open()?;
+    let inputs = saved_node::inputs(&cache, &node, node_config)?;
+    let Some(saved) = harness::checkpoint::find(&cache, &inputs) else {
+        eprintln!(
+            "==> no checkpoint of node {} for this agent build, node config and images: joining              for real (a scenario run saves one)",
+            node.name()
+        );
+        return Ok(None);
+    };
+    eprintln!(
+        "==> resuming node {} from checkpoint {} (saved {} s ago; `--no-checkpoint` joins for real) ...",
+        node.name(),
+        saved.dir.display(),
+        saved.age().as_secs()
+    );
+    let share = Some(harness::deploy::plan::target_dir()).filter(|dir| dir.is_dir());
+    match saved_node::resume(spec, &node, &cache, &saved, share) {
+        Ok(resumed) => Ok(Some((resumed.lab, resumed.vm))),
+        Err(err @ NodeCheckpointError::NotLoaded { .. }) => {
+            eprintln!("==> warning: {err}; removing it and joining for real");
+            saved.invalidate(&cache)?;
+            Ok(None)
+        }
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// Prints how to reach the lab and its VM, the admin kubeconfig's path on stdout, and keeps
+/// everything up until a signal (Ctrl-C, `harness lab down`); then tears it down.
+fn keep_until_signal(lab: Lab, vm: Option<Vm>, joined: bool) -> anyhow::Result<ExitCode> {
     let stop = signals::subscribe();
     print_how_to(&lab, vm.as_ref());
     if let Some(cluster) = lab.cluster() {

@@ -23,6 +23,8 @@
 //! wait for a build of the same key), checked before use (inputs, files, the base disk), and a
 //! stale or unloadable one is removed.
 
+pub mod node;
+
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::Read;
@@ -271,6 +273,22 @@ pub fn ensure(
         }
     }
     Err(last.expect("the loop ran"))
+}
+
+/// The checkpoint for `inputs` when one exists and is usable (a stale one is removed); never
+/// builds one.
+pub fn find(cache: &Cache, inputs: &CheckpointInputs) -> Option<Checkpoint> {
+    let dir = cache.lookup(KIND, &inputs.0.key_of(KIND))?;
+    match Checkpoint::load(&dir, inputs) {
+        Ok(checkpoint) => Some(checkpoint),
+        Err(err) => {
+            eprintln!("==> {err}: removing it");
+            if let Err(err) = remove_entry(cache, &dir) {
+                eprintln!("warning: {err}");
+            }
+            None
+        }
+    }
 }
 
 /// Removes checkpoints that can never be used again: their base disk (the image's saved VM

@@ -1,0 +1,290 @@
+//! A joined node saved into a checkpoint and resumed from one, in the harness's terms (a
+//! [`Lab`], a [`Vm`], the [`DeployedNode`]): what the scenarios and `harness lab up` share.
+//!
+//! * [`prepare_host`]: what is done to a VM before the deploy of a node that is checkpointed;
+//! * [`inputs`]: the checkpoint key's inputs for a node config, as things are now;
+//! * [`save`]: a joined node into an entry (the VM, then the control plane's state);
+//! * [`resume`]: a lab whose control plane starts from a copy of the saved state, the node's VM
+//!   resumed, then waits until the kubelet renewed its Lease in that cluster and the Node is
+//!   Ready.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
+
+use super::{CONTROL_PLANE, Checkpoint, CheckpointError, CheckpointInputs, NodeInputs, Saved};
+use crate::artifacts::{ArtifactsError, LabArtifacts};
+use crate::cache::Cache;
+use crate::controlplane::ControlPlaneError;
+use crate::deploy::DeployedNode;
+use crate::deploy::offline::{self, NoRoute, OfflineError};
+use crate::deploy::ready::{NotReady, wait_node_ready};
+use crate::lab::{Lab, LabError, LabSpec};
+use crate::node_config::NodeConfig;
+use crate::vm::{Accel, BootImage, Vm, VmError, VmSpec};
+
+/// The search line [`prepare_host`] adds to the VM's resolv.conf (a tab on purpose: the agent
+/// must tolerate them).
+pub const HOST_SEARCH: &str = "search\tlab.test";
+/// The options line [`prepare_host`] adds.
+pub const HOST_OPTIONS: &str = "options ndots:2 timeout:2";
+/// What [`prepare_host`] does, for the checkpoint's key (change it with the function).
+pub const PREPARED: &str = "host resolv.conf: search lab.test, options ndots:2 timeout:2";
+
+/// Why a node could not be saved or resumed.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeCheckpointError {
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    #[error(transparent)]
+    Lab(#[from] LabError),
+    #[error(transparent)]
+    Artifacts(#[from] ArtifactsError),
+    #[error(transparent)]
+    Vm(Box<VmError>),
+    /// QEMU could not load the checkpoint: it is unusable (remove it, join for real).
+    #[error("QEMU could not load the node checkpoint {dir}: {source}")]
+    NotLoaded {
+        dir: PathBuf,
+        #[source]
+        source: Box<VmError>,
+    },
+    #[error("reaching the lab's API server: {0}")]
+    Client(#[from] ControlPlaneError),
+    #[error("the lab has no control plane")]
+    NoControlPlane,
+    #[error("starting a tokio runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    #[error("{what}: {source}")]
+    Kube {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("the lab gave the VM {got}, the checkpoint's node has {want}")]
+    Address {
+        got: std::net::Ipv4Addr,
+        want: std::net::Ipv4Addr,
+    },
+    #[error(
+        "the kubelet of {node} did not renew its Lease (kube-node-lease/{node}, resourceVersion \
+         {saved:?} in the checkpoint) within {waited:?} of the resume"
+    )]
+    LeaseNotRenewed {
+        node: String,
+        saved: Option<String>,
+        waited: Duration,
+    },
+    #[error(transparent)]
+    NotReady(#[from] NotReady),
+    #[error("offline node: {0}")]
+    Offline(#[from] OfflineError),
+    #[error("{what}: {why}")]
+    Host { what: String, why: String },
+    #[error("saving the control plane's state {from}: {source}")]
+    CopyState {
+        from: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl From<VmError> for NodeCheckpointError {
+    fn from(err: VmError) -> Self {
+        NodeCheckpointError::Vm(Box::new(err))
+    }
+}
+
+/// Before the deploy of a node that is checkpointed: gives the VM's resolver the `search` and
+/// `options` lines a real host has (lab-net writes one nameserver line only), so the agent has
+/// them to carry into the machine.
+pub fn prepare_host(vm: &Vm) -> Result<(), NodeCheckpointError> {
+    let before = String::from_utf8_lossy(&vm.read_file("/etc/resolv.conf")?).into_owned();
+    let lines: Vec<&str> = before.lines().filter(|l| !l.trim().is_empty()).collect();
+    if lines.len() != 1 || !lines[0].starts_with("nameserver") {
+        return Err(NodeCheckpointError::Host {
+            what: format!("VM {}: /etc/resolv.conf", vm.name()),
+            why: format!("it should hold one nameserver line only (lab-net), it holds:\n{before}"),
+        });
+    }
+    let text = format!("{}\n{HOST_SEARCH}\n{HOST_OPTIONS}\n", before.trim_end());
+    vm.write_file("/etc/resolv.conf", text.as_bytes(), 0o644)?;
+    eprintln!("==> the VM's /etc/resolv.conf before deploying:\n{text}");
+    Ok(())
+}
+
+/// The inputs of the checkpoint of `node` (loaded from `node_config`) as things are now.
+pub fn inputs(
+    cache: &Cache,
+    node: &NodeConfig,
+    node_config: &Path,
+) -> Result<CheckpointInputs, NodeCheckpointError> {
+    let image = crate::images::host::require(cache).map_err(|e| NodeCheckpointError::Host {
+        what: "the host image".into(),
+        why: format!("{e:#}"),
+    })?;
+    let probe = VmSpec::new("checkpoint", node.name(), BootImage::from(&image));
+    let accel = Accel::from_env().map_err(VmError::from)?;
+    let vm_state_key = crate::vm::state::StateInputs::for_spec(&probe, accel)
+        .map_err(|e| NodeCheckpointError::Host {
+            what: "the image's saved VM state".into(),
+            why: e.to_string(),
+        })?
+        .key()
+        .hex();
+    let agent = crate::deploy::plan::host_agent_binary(&crate::deploy::plan::target_dir());
+    Ok(CheckpointInputs::new(&NodeInputs {
+        vm_state_key: &vm_state_key,
+        agent_binary: &agent,
+        node_config,
+        artifacts_key: &crate::artifacts::published_key(cache)?,
+        crd_dir: &crate::lab::cluster::crd_dir(),
+        prepare: PREPARED,
+    })?)
+}
+
+/// Saves a node that joined in `lab` on `vm` (Node Ready) into the entry directory `out`: the
+/// VM saved and stopped, the control plane stopped and its state copied, the lab torn down.
+pub fn save(
+    out: &Path,
+    mut lab: Lab,
+    vm: Vm,
+    deployed: DeployedNode,
+    join: Duration,
+) -> Result<Saved, NodeCheckpointError> {
+    // The disk the VM's overlay is backed by: the image's saved state's, or the image's own.
+    let base_disk = vm
+        .saved_state()
+        .map(|dir| dir.join(crate::vm::state::DISK))
+        .unwrap_or_else(|| vm.spec().image.disk.clone());
+    let step = crate::progress::Step::start(format!("saving node {} into a checkpoint", deployed.name));
+    let save = vm.save_into(out)?;
+    step.line(&format!("VM saved in {:.1}s", save.as_secs_f64()));
+    let state = lab.stop_control_plane()?;
+    super::copy_tree(&state, &out.join(CONTROL_PLANE)).map_err(|source| NodeCheckpointError::CopyState {
+        from: state.clone(),
+        source,
+    })?;
+    lab.shutdown()?;
+    step.finish();
+    Ok(Saved {
+        deployed,
+        base_disk,
+        join,
+        save,
+    })
+}
+
+/// A node resumed from its checkpoint, in a lab of its own.
+pub struct ResumedNode {
+    pub lab: Lab,
+    pub vm: Vm,
+    pub artifacts: LabArtifacts,
+    pub deployed: DeployedNode,
+    /// For an offline node: what the probe from inside the resumed VM saw.
+    pub offline_probe: Option<NoRoute>,
+}
+
+/// Resumes `saved` (a checkpoint of `node`): the lab of `lab_spec` with the checkpoint's control
+/// plane, the node artifacts published, the VM resumed (with `share` at `/mnt/lab`, or the
+/// offline bundle for an offline node, which is cut off from the artifact server again and
+/// probed), then waits until the kubelet renewed its Lease in this cluster and the Node is
+/// Ready. [`NodeCheckpointError::NotLoaded`] when QEMU cannot load the checkpoint.
+pub fn resume(
+    lab_spec: LabSpec,
+    node: &NodeConfig,
+    cache: &Cache,
+    saved: &Checkpoint,
+    share: Option<PathBuf>,
+) -> Result<ResumedNode, NodeCheckpointError> {
+    let image = crate::images::host::require(cache).map_err(|e| NodeCheckpointError::Host {
+        what: "the host image".into(),
+        why: format!("{e:#}"),
+    })?;
+    let lab = Lab::start(LabSpec {
+        control_plane: true,
+        control_plane_state: Some(saved.control_plane()),
+        ..lab_spec
+    })?;
+    let artifacts = crate::artifacts::publish(&lab, cache)?;
+    let deployed = saved.info.deployed.clone();
+    let nic = lab.attach_vm()?;
+    if nic.ip != deployed.node_ip {
+        return Err(NodeCheckpointError::Address {
+            got: nic.ip,
+            want: deployed.node_ip,
+        });
+    }
+    let mut spec = VmSpec::new(lab.name(), node.name(), BootImage::from(&image));
+    nic.apply(&mut spec);
+    spec.share = share;
+    if node.offline {
+        offline::cut_off(&lab, nic.ip)?;
+        spec.share = Some(artifacts.offline_bundle_dir().to_path_buf());
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(NodeCheckpointError::Runtime)?;
+    let client = runtime.block_on(lab.cluster().ok_or(NodeCheckpointError::NoControlPlane)?.client())?;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    let saved_lease = lease_version(&runtime, &leases, &deployed.name)?;
+    let vm = Vm::resume_from(spec, &saved.saved_vm()).map_err(|err| match err {
+        VmError::State { .. } => NodeCheckpointError::NotLoaded {
+            dir: saved.dir.clone(),
+            source: Box::new(err),
+        },
+        other => other.into(),
+    })?;
+    let timeout = vm.deadlines().command * 2;
+    let step = crate::progress::Step::start(format!(
+        "waiting for the resumed kubelet of {} to renew its Lease and the Node to be Ready",
+        deployed.name
+    ));
+    let started = Instant::now();
+    loop {
+        let now = lease_version(&runtime, &leases, &deployed.name)?;
+        if now.is_some() && now != saved_lease {
+            break;
+        }
+        if started.elapsed() > timeout {
+            return Err(NodeCheckpointError::LeaseNotRenewed {
+                node: deployed.name.clone(),
+                saved: saved_lease,
+                waited: started.elapsed(),
+            });
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    runtime.block_on(wait_node_ready(&client, &deployed.name, timeout))?;
+    step.finish();
+    let offline_probe = if node.offline {
+        Some(offline::prove_and_hand_over(&lab, &vm, &artifacts)?.1)
+    } else {
+        None
+    };
+    Ok(ResumedNode {
+        lab,
+        vm,
+        artifacts,
+        deployed,
+        offline_probe,
+    })
+}
+
+/// The `resourceVersion` of the node's Lease (`None` when there is none).
+fn lease_version(
+    runtime: &tokio::runtime::Runtime,
+    leases: &Api<Lease>,
+    name: &str,
+) -> Result<Option<String>, NodeCheckpointError> {
+    Ok(runtime
+        .block_on(leases.get_opt(name))
+        .map_err(|source| NodeCheckpointError::Kube {
+            what: format!("reading Lease kube-node-lease/{name}"),
+            source,
+        })?
+        .and_then(|lease| lease.metadata.resource_version))
+}

@@ -1,0 +1,228 @@
+//! Scenario `faults`: LocalDNS on a joined node keeps answering, or comes back, when things go
+//! wrong — each fault's recovery time printed (figures, not timed assertions; docs/perf.md):
+//!
+//! * CoreDNS killed with SIGKILL [`KILLS`] times: each time a new CoreDNS answers on both
+//!   listeners (over TCP, so a listener that is gone refuses at once); min/median/max printed;
+//! * the lab's upstream DNS stops answering: a name cached before keeps answering from the node
+//!   listener after its TTL (`serve_stale`, `coredns_cache_served_stale_total` rises), a name never
+//!   asked gets no address, and names resolve again once the upstream answers;
+//! * the supervisor killed with SIGKILL: systemd starts `localdns.service` again and both
+//!   listeners answer;
+//! * CoreDNS hung with SIGSTOP: the failed checks stop the watchdog pings, systemd restarts the
+//!   unit, and both listeners answer with a new CoreDNS.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use anyhow::{Context, bail, ensure};
+use harness::lab::DnsFailure;
+use scenarios::dns::{CLUSTER_LISTENER, NODE_LISTENER};
+use scenarios::metrics::scrape_from_lab;
+use scenarios::node::JoinedNode;
+
+/// SIGKILLs of CoreDNS.
+const KILLS: usize = 20;
+/// The name both listeners answer themselves (the supervisor's health check).
+const HEALTH_NAME: &str = agent::corefile::HEALTH_NAME;
+/// CoreDNS's metrics port on the node IP.
+const METRICS_PORT: u16 = 9253;
+/// How long one fault may take to recover before the case fails (TCG, a loaded host).
+const RECOVERY_LIMIT_S: u32 = 300;
+
+#[test]
+fn localdns_answers_again_after_crashes_hangs_and_an_upstream_outage() -> anyhow::Result<()> {
+    let node_config = harness::evidence::repo_root()
+        .join("node-configs")
+        .join("localdns.json");
+    JoinedNode::run_case(&node_config, |node| {
+        coredns_killed_again_and_again(node)?;
+        upstream_gone(node)?;
+        supervisor_killed(node)?;
+        coredns_hung(node)
+    })
+}
+
+/// The guest script that waits, counting from `$t0` (ns), until the CoreDNS with pid `$old` is
+/// gone (no process, or a zombie), then until both listeners answer [`HEALTH_NAME`] over TCP, and
+/// prints the milliseconds it took; fails after [`RECOVERY_LIMIT_S`].
+fn wait_both_answer() -> String {
+    format!(
+        r#"late() {{
+	if [ $(( ($(date +%s%N) - t0) / 1000000000 )) -ge {RECOVERY_LIMIT_S} ]; then
+		echo "$1 within {RECOVERY_LIMIT_S} s" >&2; exit 1
+	fi
+	sleep 0.02
+}}
+while [ -e "/proc/$old" ] && ! grep -q '^State:[[:space:]]*Z' "/proc/$old/status" 2>/dev/null; do
+	late "CoreDNS $old did not go away"
+done
+answers() {{ dig +tcp +time=1 +tries=1 @"$1" {HEALTH_NAME} +noall +comments 2>/dev/null | grep -q 'status: NOERROR'; }}
+until answers {NODE_LISTENER} && answers {CLUSTER_LISTENER}; do
+	late "the listeners did not answer"
+done
+echo $(( ($(date +%s%N) - t0) / 1000000 ))"#
+    )
+}
+
+/// The one process named `name` on the node (its pid); fails naming what it found otherwise.
+fn only_pid(node: &JoinedNode, name: &str) -> anyhow::Result<String> {
+    let out = node.vm.run_unchecked(&format!("pgrep -x {name}"))?.stdout_text();
+    let pids: Vec<&str> = out.split_whitespace().collect();
+    match pids.as_slice() {
+        [one] => Ok(one.to_string()),
+        _ => bail!("expected one {name} process on the node, pgrep finds {pids:?}"),
+    }
+}
+
+/// Sends `signal` to `pid`, waits until CoreDNS `coredns_before` is gone and both listeners
+/// answer again, and checks the one CoreDNS now is another; returns the milliseconds and the
+/// new CoreDNS's pid.
+fn fault_then_recovery(
+    node: &JoinedNode,
+    signal: &str,
+    pid: &str,
+    coredns_before: &str,
+) -> anyhow::Result<(u64, String)> {
+    let script = format!(
+        "set -eu\nold={coredns_before}\nkill -{signal} {pid}\nt0=$(date +%s%N)\n{}",
+        wait_both_answer()
+    );
+    let out = node
+        .vm
+        .cmd(&script)
+        .timeout(Duration::from_secs(u64::from(RECOVERY_LIMIT_S) + 60))
+        .run()
+        .with_context(|| format!("kill -{signal} {pid}, then waiting for a new CoreDNS on both listeners"))?;
+    let ms: u64 = out
+        .stdout_text()
+        .trim()
+        .parse()
+        .with_context(|| format!("the wait printed {:?}", out.stdout_text()))?;
+    let after = only_pid(node, "coredns")?;
+    ensure!(
+        after != coredns_before,
+        "after kill -{signal} {pid} the listeners answer, but CoreDNS is still pid {after}"
+    );
+    Ok((ms, after))
+}
+
+fn coredns_killed_again_and_again(node: &JoinedNode) -> anyhow::Result<()> {
+    let supervisor = only_pid(node, "unbounded-local")?;
+    let mut coredns = only_pid(node, "coredns")?;
+    let mut took = Vec::with_capacity(KILLS);
+    for _ in 0..KILLS {
+        let (ms, next) = fault_then_recovery(node, "KILL", &coredns, &coredns)?;
+        took.push(ms);
+        coredns = next;
+    }
+    ensure!(
+        only_pid(node, "unbounded-local")? == supervisor,
+        "the supervisor changed while CoreDNS was killed: it should start CoreDNS again itself"
+    );
+    took.sort_unstable();
+    eprintln!(
+        "==> CoreDNS SIGKILLed {KILLS} times: both listeners answered again after min {} ms, median {} ms, max {} ms (every time: {took:?})",
+        took[0],
+        took[took.len() / 2],
+        took[took.len() - 1]
+    );
+    Ok(())
+}
+
+/// A `dig` from the node's host against the node listener: the addresses it got (empty when it
+/// got none) and the status line.
+fn ask_node_listener(node: &JoinedNode, name: &str) -> anyhow::Result<(Vec<String>, String)> {
+    let out = node
+        .vm
+        .run_unchecked(&format!(
+            "dig +time=15 +tries=1 @{NODE_LISTENER} {name} A +noall +comments +answer"
+        ))?
+        .stdout_text();
+    let status = out
+        .lines()
+        .find(|l| l.contains("status:"))
+        .unwrap_or("no answer")
+        .trim()
+        .to_string();
+    let addresses = out
+        .lines()
+        .filter(|l| !l.starts_with(';') && l.contains("\tA\t"))
+        .filter_map(|l| l.split_whitespace().last().map(str::to_string))
+        .collect();
+    Ok((addresses, status))
+}
+
+fn served_stale(node: &JoinedNode) -> anyhow::Result<f64> {
+    let addr = SocketAddr::from((node.deployed.node_ip, METRICS_PORT));
+    Ok(scrape_from_lab(&node.lab, addr)?.sum("coredns_cache_served_stale_total"))
+}
+
+fn upstream_gone(node: &JoinedNode) -> anyhow::Result<()> {
+    let pid = std::process::id();
+    let cached = format!("faults-cached-{pid}.upstream.test.");
+    let never = format!("faults-never-{pid}.upstream.test.");
+    let after = format!("faults-after-{pid}.upstream.test.");
+    let ip = Ipv4Addr::new(10, 77, 0, 40);
+    let dns = node.lab.dns();
+    // TTL 1: the cached answer is stale a second later.
+    dns.set_a(&cached, &[ip], 1)?;
+    dns.set_a(&never, &[ip], 300)?;
+    dns.set_a(&after, &[ip], 300)?;
+    let (got, status) = ask_node_listener(node, &cached)?;
+    ensure!(
+        got == [ip.to_string()],
+        "before the outage {cached} gave {got:?} ({status})"
+    );
+    let stale_before = served_stale(node)?;
+    dns.set_failure(DnsFailure::Drop);
+    let outage = (|| -> anyhow::Result<()> {
+        std::thread::sleep(Duration::from_secs(3));
+        let (got, status) = ask_node_listener(node, &cached)?;
+        ensure!(
+            got == [ip.to_string()],
+            "with the upstream gone, the cached {cached} should still answer {ip} (serve_stale), got {got:?} ({status})"
+        );
+        let stale_after = served_stale(node)?;
+        ensure!(
+            stale_after > stale_before,
+            "coredns_cache_served_stale_total did not rise ({stale_before} -> {stale_after})"
+        );
+        let (got, status) = ask_node_listener(node, &never)?;
+        ensure!(
+            got.is_empty(),
+            "with the upstream gone, {never} (never asked before) should get no address, got {got:?} ({status})"
+        );
+        eprintln!(
+            "==> upstream gone: {cached} answered from the stale cache (served_stale {stale_before} -> {stale_after}); {never}: {status}"
+        );
+        Ok(())
+    })();
+    dns.set_failure(DnsFailure::None);
+    outage?;
+    let (got, status) = ask_node_listener(node, &after)?;
+    ensure!(
+        got == [ip.to_string()],
+        "with the upstream back, {after} should resolve to {ip}, got {got:?} ({status})"
+    );
+    eprintln!("==> upstream back: {after} resolves again");
+    Ok(())
+}
+
+fn supervisor_killed(node: &JoinedNode) -> anyhow::Result<()> {
+    let supervisor = only_pid(node, "unbounded-local")?;
+    let coredns = only_pid(node, "coredns")?;
+    let (ms, _) = fault_then_recovery(node, "KILL", &supervisor, &coredns)?;
+    let again = only_pid(node, "unbounded-local")?;
+    ensure!(again != supervisor, "the supervisor is still pid {supervisor}");
+    eprintln!(
+        "==> the supervisor SIGKILLed: systemd started localdns.service again, both listeners answered after {ms} ms"
+    );
+    Ok(())
+}
+
+fn coredns_hung(node: &JoinedNode) -> anyhow::Result<()> {
+    let coredns = only_pid(node, "coredns")?;
+    let (ms, _) = fault_then_recovery(node, "STOP", &coredns, &coredns)?;
+    eprintln!("==> CoreDNS hung (SIGSTOP): both listeners answered a new CoreDNS after {ms} ms");
+    Ok(())
+}
