@@ -15,3 +15,4 @@ pub mod lab;
 pub mod node_config;
 pub mod progress;
 pub mod vm;
+pub mod wait;

@@ -146,32 +146,23 @@ impl JoinedNode {
             Ok(deployed) => deployed,
             Err(err) => return Err(keep_if_asked(&lab, &vm, &test, err)),
         };
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .context("starting a tokio runtime")?;
-        let cluster = lab.cluster().context("the lab has no control plane")?.clone();
-        let client = runtime.block_on(cluster.client())?;
-        Ok(JoinedNode {
-            vm,
+        let parts = harness::checkpoint::node::ResumedNode {
             lab,
-            node,
-            test,
+            vm,
             artifacts,
             deployed,
-            client,
-            runtime,
             offline_probe,
-            checkpoint: None,
-        })
+        };
+        JoinedNode::from_parts(parts, node, test, None)
     }
 
-    /// A joined node from a resumed checkpoint (`checkpoint`: its directory).
-    pub(crate) fn from_resumed(
+    /// A joined node from its lab, VM and deployment (`checkpoint`: the directory it was resumed
+    /// from, `None` when it joined here), with a client of its cluster.
+    pub(crate) fn from_parts(
         resumed: harness::checkpoint::node::ResumedNode,
         node: NodeConfig,
         test: String,
-        checkpoint: PathBuf,
+        checkpoint: Option<PathBuf>,
     ) -> anyhow::Result<JoinedNode> {
         let harness::checkpoint::node::ResumedNode {
             lab,
@@ -196,7 +187,7 @@ impl JoinedNode {
             client,
             runtime,
             offline_probe,
-            checkpoint: Some(checkpoint),
+            checkpoint,
         })
     }
 

@@ -47,7 +47,7 @@ impl JoinedNode {
             },
         );
         match resumed {
-            Ok(resumed) => JoinedNode::from_resumed(resumed, node, test, saved.dir.clone()),
+            Ok(resumed) => JoinedNode::from_parts(resumed, node, test, Some(saved.dir.clone())),
             Err(err)
                 if matches!(
                     err.downcast_ref::<NodeCheckpointError>(),

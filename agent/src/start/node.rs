@@ -35,7 +35,7 @@ pub struct Waits {
 }
 
 /// The scale used on an emulated CPU when none is given.
-pub const EMULATED_SCALE: u32 = 5;
+pub const EMULATED_SCALE: u32 = 10;
 
 impl Waits {
     /// `scale` when given; else [`EMULATED_SCALE`] when `systemd-detect-virt --vm` says `qemu`

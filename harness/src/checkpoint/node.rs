@@ -9,7 +9,7 @@
 //!   Ready.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
@@ -24,6 +24,7 @@ use crate::deploy::ready::{NotReady, wait_node_ready};
 use crate::lab::{Lab, LabError, LabSpec};
 use crate::node_config::NodeConfig;
 use crate::vm::{Accel, BootImage, Vm, VmError, VmSpec};
+use crate::wait::{Attempt, WaitTimeout};
 
 /// The search line [`prepare_host`] adds to the VM's resolv.conf (a tab on purpose: the agent
 /// must tolerate them).
@@ -177,7 +178,7 @@ pub fn save(
     })
 }
 
-/// A node resumed from its checkpoint, in a lab of its own.
+/// A node in a lab of its own: resumed from its checkpoint (or joined there).
 pub struct ResumedNode {
     pub lab: Lab,
     pub vm: Vm,
@@ -243,21 +244,21 @@ pub fn resume(
         "waiting for the resumed kubelet of {} to renew its Lease and the Node to be Ready",
         deployed.name
     ));
-    let started = Instant::now();
-    loop {
-        let now = lease_version(&runtime, &leases, &deployed.name)?;
-        if now.is_some() && now != saved_lease {
-            break;
-        }
-        if started.elapsed() > timeout {
-            return Err(NodeCheckpointError::LeaseNotRenewed {
-                node: deployed.name.clone(),
-                saved: saved_lease,
-                waited: started.elapsed(),
-            });
-        }
-        std::thread::sleep(Duration::from_secs(1));
-    }
+    let renewed = crate::wait::wait_until(
+        format!("Lease kube-node-lease/{}", deployed.name),
+        timeout,
+        "the resumed kubelet to renew it",
+        || match lease_version(&runtime, &leases, &deployed.name) {
+            Ok(now) if now.is_some() && now != saved_lease => Attempt::Ready(()),
+            Ok(now) => Attempt::Retry(format!("resourceVersion {now:?}, as in the checkpoint")),
+            Err(err) => Attempt::Retry(err.to_string()),
+        },
+    );
+    renewed.map_err(|timed_out: WaitTimeout| NodeCheckpointError::LeaseNotRenewed {
+        node: deployed.name.clone(),
+        saved: saved_lease.clone(),
+        waited: timed_out.waited,
+    })?;
     runtime.block_on(wait_node_ready(&client, &deployed.name, timeout))?;
     step.finish();
     let offline_probe = if node.offline {

@@ -8,14 +8,27 @@ use std::time::{Duration, Instant};
 use super::error::ControlPlaneError;
 use super::process::Component;
 use crate::lab::netns;
+use crate::wait::{Attempt, WaitTimeout, wait_until};
 
-/// How long between two attempts of a check.
-const INTERVAL: Duration = Duration::from_millis(200);
 /// Log lines shown with a failure.
 const TAIL_LINES: usize = 30;
 
-/// Polls `check` until it returns `Ok`, failing when `component` (or any of `running`)
-/// exits or `timeout` passes; the error names the check, its last failure and the log tail.
+/// How a component's wait ended without its check passing.
+enum Waited {
+    /// It (or one it depends on) exited.
+    Exited(ControlPlaneError),
+    TimedOut(WaitTimeout),
+}
+
+impl From<WaitTimeout> for Waited {
+    fn from(timeout: WaitTimeout) -> Self {
+        Waited::TimedOut(timeout)
+    }
+}
+
+/// Polls `check` ([`crate::wait::wait_until`]) until it returns `Ok`, failing when `component`
+/// (or any of `running`) exits or `timeout` passes; the error names the check, its last failure
+/// and the log tail.
 pub fn wait_for<T>(
     component: &Component,
     running: &[&Component],
@@ -24,38 +37,39 @@ pub fn wait_for<T>(
     mut check: impl FnMut() -> Result<T, String>,
 ) -> Result<T, ControlPlaneError> {
     let started = Instant::now();
-    loop {
+    let waited = wait_until(component.name(), timeout, what, || {
         for c in std::iter::once(component).chain(running.iter().copied()) {
             if let Some(status) = c.exited() {
-                return Err(ControlPlaneError::Exited {
+                return Attempt::Abort(Waited::Exited(ControlPlaneError::Exited {
                     component: c.name(),
                     status: status.to_string(),
                     log: c.log().to_path_buf(),
                     tail: c.log_tail(TAIL_LINES),
-                });
+                }));
             }
         }
-        let last = match check() {
-            Ok(value) => {
-                tracing::info!(component = component.name(), check = what, took = ?started.elapsed(), "ready");
-                return Ok(value);
-            }
-            Err(message) => message,
-        };
-        if started.elapsed() > timeout {
-            return Err(ControlPlaneError::NotReady {
-                component: component.name(),
-                check: what.to_string(),
-                timeout,
-                last,
-                log: format!(
-                    "the end of {}:\n{}",
-                    component.log().display(),
-                    component.log_tail(TAIL_LINES)
-                ),
-            });
+        match check() {
+            Ok(value) => Attempt::Ready(value),
+            Err(message) => Attempt::Retry(message),
         }
-        std::thread::sleep(INTERVAL);
+    });
+    match waited {
+        Ok(value) => {
+            tracing::info!(component = component.name(), check = what, took = ?started.elapsed(), "ready");
+            Ok(value)
+        }
+        Err(Waited::Exited(err)) => Err(err),
+        Err(Waited::TimedOut(timed_out)) => Err(ControlPlaneError::NotReady {
+            component: component.name(),
+            check: what.to_string(),
+            timeout,
+            last: timed_out.last_failure,
+            log: format!(
+                "the end of {}:\n{}",
+                component.log().display(),
+                component.log_tail(TAIL_LINES)
+            ),
+        }),
     }
 }
 

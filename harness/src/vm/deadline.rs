@@ -1,7 +1,7 @@
-//! Deadlines that scale with the accelerator, and `wait_until`, whose error explains itself.
+//! Deadlines that scale with the accelerator, and `wait_until` for a VM ([`crate::wait`]).
 
 use std::fmt::Display;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::accel::Accel;
 
@@ -64,62 +64,16 @@ impl Deadlines {
     }
 }
 
-/// A wait that ran out of time.
-#[derive(Debug, thiserror::Error)]
-#[error("timed out after {waited:.1?} waiting for {what} on VM {vm}; last failure: {last_failure}")]
-pub struct WaitTimeout {
-    pub vm: String,
-    pub what: String,
-    pub waited: Duration,
-    pub last_failure: String,
-}
+pub use crate::wait::{Attempt, WaitTimeout, retry};
 
-/// What one attempt of [`wait_until`] says.
-pub enum Attempt<T, E> {
-    /// Done with this value.
-    Ready(T),
-    /// Not yet, because of this (kept as "last failure").
-    Retry(String),
-    /// Stop waiting: nothing will change (e.g. QEMU exited).
-    Abort(E),
-}
-
-/// Retries `attempt` until it is ready, aborts, or `timeout` runs out, sleeping with a small
-/// backoff (50 ms up to 1 s) between attempts. The timeout error names what was awaited, on
-/// which VM, for how long, and the last failure.
+/// [`crate::wait::wait_until`] for VM `vm`: the timeout names `VM <vm>`.
 pub fn wait_until<T, E: From<WaitTimeout>>(
     vm: &str,
     timeout: Duration,
     what: impl Display,
-    mut attempt: impl FnMut() -> Attempt<T, E>,
+    attempt: impl FnMut() -> Attempt<T, E>,
 ) -> Result<T, E> {
-    let started = Instant::now();
-    let mut pause = Duration::from_millis(50);
-    let mut last_failure: String;
-    loop {
-        match attempt() {
-            Attempt::Ready(value) => return Ok(value),
-            Attempt::Abort(err) => return Err(err),
-            Attempt::Retry(why) => last_failure = why,
-        }
-        let waited = started.elapsed();
-        if waited >= timeout {
-            return Err(WaitTimeout {
-                vm: vm.to_string(),
-                what: what.to_string(),
-                waited,
-                last_failure,
-            }
-            .into());
-        }
-        std::thread::sleep(pause.min(timeout - waited));
-        pause = (pause * 2).min(Duration::from_secs(1));
-    }
-}
-
-/// `Attempt::Retry` from any displayable failure.
-pub fn retry<T, E>(why: impl Display) -> Attempt<T, E> {
-    Attempt::Retry(why.to_string())
+    crate::wait::wait_until(format!("VM {vm}"), timeout, what, attempt)
 }
 
 #[cfg(test)]
@@ -133,44 +87,5 @@ mod tests {
         assert_eq!(tcg.boot, kvm.boot * TCG_FACTOR);
         assert_eq!(tcg.boot, Duration::from_secs(180));
         assert_eq!(Deadlines::new(Accel::Tcg, 0.5).reboot, tcg.reboot / 2);
-    }
-
-    #[test]
-    fn timeout_error_names_what_vm_how_long_and_last_failure() {
-        let mut n = 0;
-        let err = wait_until::<(), WaitTimeout>("node1", Duration::from_millis(120), "the agent", || {
-            n += 1;
-            retry(format!("attempt {n} refused"))
-        })
-        .unwrap_err();
-        let text = err.to_string();
-        assert!(text.contains("the agent") && text.contains("node1"), "{text}");
-        assert!(text.contains(&format!("attempt {n} refused")), "{text}");
-        assert!(err.waited >= Duration::from_millis(120), "{text}");
-    }
-
-    #[test]
-    fn abort_stops_at_once_and_ready_returns_the_value() {
-        let err = wait_until::<(), WaitTimeout>("vm", Duration::from_secs(60), "x", || {
-            Attempt::Abort(WaitTimeout {
-                vm: "vm".into(),
-                what: "gone".into(),
-                waited: Duration::ZERO,
-                last_failure: "qemu exited".into(),
-            })
-        })
-        .unwrap_err();
-        assert_eq!(err.last_failure, "qemu exited");
-        let mut tries = 0;
-        let value = wait_until::<_, WaitTimeout>("vm", Duration::from_secs(5), "x", || {
-            tries += 1;
-            if tries < 3 {
-                retry("not yet")
-            } else {
-                Attempt::Ready(tries)
-            }
-        })
-        .unwrap();
-        assert_eq!(value, 3);
     }
 }

@@ -378,7 +378,7 @@ impl Vm {
                 format!("no READY line on {} since", self.run.ready().display())
             };
             return Err(self.timeout(WaitTimeout {
-                vm: self.name().to_string(),
+                subject: format!("VM {}", self.name()),
                 what: format!("READY <boot_id> while {doing}"),
                 waited: started.elapsed(),
                 last_failure: seen,

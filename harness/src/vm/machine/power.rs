@@ -66,7 +66,7 @@ impl Vm {
             .wait_exit(self.deadlines.power_off / 2)
             .ok_or_else(|| {
                 self.timeout(WaitTimeout {
-                    vm: self.name().to_string(),
+                    subject: format!("VM {}", self.name()),
                     what: "QEMU to exit after `systemctl poweroff` and system_powerdown".into(),
                     waited: self.deadlines.power_off,
                     last_failure: "QEMU is still running".into(),

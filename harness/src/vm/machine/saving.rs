@@ -81,7 +81,7 @@ impl Vm {
         let _ = qmp::execute(&self.run.qmp(), &qmp::qmp::quit {}, self.deadlines.agent);
         self.process.wait_exit(self.deadlines.power_off).ok_or_else(|| {
             self.timeout(WaitTimeout {
-                vm: self.name().to_string(),
+                subject: format!("VM {}", self.name()),
                 what: "QEMU to quit after saving".into(),
                 waited: self.deadlines.power_off,
                 last_failure: "QEMU is still running".into(),
