@@ -26,6 +26,8 @@ const KILLS: usize = 20;
 const HEALTH_NAME: &str = agent::corefile::HEALTH_NAME;
 /// CoreDNS's metrics port on the node IP.
 const METRICS_PORT: u16 = 9253;
+/// When a TTL-1 answer cached by CoreDNS is stale: past the cache's 5 s minimum TTL.
+const STALE_AFTER: Duration = Duration::from_secs(8);
 /// How long one fault may take to recover before the case fails (TCG, a loaded host).
 const RECOVERY_LIMIT_S: u32 = 300;
 
@@ -164,7 +166,8 @@ fn upstream_gone(node: &JoinedNode) -> anyhow::Result<()> {
     let after = format!("faults-after-{pid}.upstream.test.");
     let ip = Ipv4Addr::new(10, 77, 0, 40);
     let dns = node.lab.dns();
-    // TTL 1: the cached answer is stale a second later.
+    // TTL 1: CoreDNS keeps a success at least 5 s (the cache's minimum TTL), so the answer is
+    // stale [`STALE_AFTER`] later.
     dns.set_a(&cached, &[ip], 1)?;
     dns.set_a(&never, &[ip], 300)?;
     dns.set_a(&after, &[ip], 300)?;
@@ -176,7 +179,7 @@ fn upstream_gone(node: &JoinedNode) -> anyhow::Result<()> {
     let stale_before = served_stale(node)?;
     dns.set_failure(DnsFailure::Drop);
     let outage = (|| -> anyhow::Result<()> {
-        std::thread::sleep(Duration::from_secs(3));
+        std::thread::sleep(STALE_AFTER);
         let (got, status) = ask_node_listener(node, &cached)?;
         ensure!(
             got == [ip.to_string()],
