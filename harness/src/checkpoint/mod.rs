@@ -27,7 +27,6 @@ pub mod node;
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -105,7 +104,11 @@ impl CheckpointInputs {
         let mut map = BTreeMap::new();
         map.insert("checkpoint-version".into(), CHECKPOINT_VERSION.into());
         map.insert("vm-state".into(), node.vm_state_key.into());
-        map.insert("agent-sha256".into(), sha256_of_file(node.agent_binary)?);
+        map.insert(
+            "agent-sha256".into(),
+            agent::artifact::checksum::sha256_file(node.agent_binary)
+                .map_err(|e| input(node.agent_binary, e))?,
+        );
         let config = fs::read_to_string(node.node_config).map_err(|e| input(node.node_config, e))?;
         map.insert("node-config".into(), config);
         map.insert("artifacts".into(), node.artifacts_key.into());
@@ -382,21 +385,6 @@ fn input(path: &Path, e: impl std::fmt::Display) -> CheckpointError {
         what: path.display().to_string(),
         why: e.to_string(),
     }
-}
-
-/// The sha256 of a file's bytes, hex.
-fn sha256_of_file(path: &Path) -> Result<String, CheckpointError> {
-    let mut file = fs::File::open(path).map_err(|e| input(path, e))?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = file.read(&mut buf).map_err(|e| input(path, e))?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-    }
-    Ok(hex::encode(hasher.finalize()))
 }
 
 /// The sha256 over a directory's files (names and bytes, sorted by name; not recursive).
