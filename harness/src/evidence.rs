@@ -15,7 +15,10 @@ use crate::vm::{RunDir, Vm, console};
 pub const GUEST_COMMANDS: [(&str, &str); 5] = [
     // `--sync` first: read while journald writes (right after a resume, under load) journalctl
     // can find the file "truncated", ignore it and print no entries at all.
-    ("journal.txt", "journalctl --sync; journalctl -b --no-pager"),
+    (
+        "journal.txt",
+        "journalctl --sync; journalctl -b --merge --no-pager",
+    ),
     ("nft-ruleset.txt", "nft list ruleset"),
     ("ip-addr.txt", "ip -d addr"),
     ("ip-link.txt", "ip -d link"),

@@ -81,6 +81,40 @@ fn assert_has_its_own_network(vm: &Vm, nic: &VmNic, when: &str) {
     );
 }
 
+/// The guest's `/etc/machine-id`, checked to be one (32 lowercase hex digits).
+fn machine_id(vm: &Vm) -> String {
+    let id = vm.run("cat /etc/machine-id").unwrap().trim().to_string();
+    assert!(
+        id.len() == 32
+            && id
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)),
+        "{}: /etc/machine-id is {id:?}",
+        vm.name()
+    );
+    id
+}
+
+/// journald writes under the guest's machine id: the current boot's newest entry is there.
+fn assert_journal_follows_the_machine_id(vm: &Vm, id: &str) {
+    vm.run("logger lab-machine-id-check && journalctl --sync")
+        .unwrap();
+    let dirs = vm.run("ls /var/log/journal").unwrap();
+    assert!(
+        dirs.lines().any(|dir| dir.trim() == id),
+        "{}: no journal directory for machine id {id}: {dirs}",
+        vm.name()
+    );
+    let found = vm
+        .run("journalctl -b --no-pager -o cat -t root --grep lab-machine-id-check")
+        .unwrap_or_default();
+    assert!(
+        found.contains("lab-machine-id-check"),
+        "{}: `journalctl -b` (this machine id's journal) lacks a line logged just now: {found:?}",
+        vm.name()
+    );
+}
+
 #[test]
 fn resumed_vm_has_the_host_clock_its_own_address_and_a_disk_that_survives_a_reboot() {
     let lab = lab("resumed_vm_has_the_host_clock_its_own_address_and_a_disk_that_survives_a_reboot");
@@ -104,8 +138,11 @@ fn resumed_vm_has_the_host_clock_its_own_address_and_a_disk_that_survives_a_rebo
     vm.run(&format!("echo {token} > /root/token && dd if=/dev/urandom of=/root/blob bs=1M count=8 status=none && sha256sum /root/blob > /root/blob.sum && sync"))
         .unwrap();
     let old_boot = vm.boot_id().to_string();
+    let id = machine_id(&vm);
     vm.reboot().expect("rebooting the resumed VM");
     assert_ne!(vm.boot_id(), old_boot, "the reboot gave a new boot id");
+    assert_eq!(machine_id(&vm), id, "the VM's machine id survives its reboot");
+    assert_journal_follows_the_machine_id(&vm, &id);
     assert_eq!(vm.run("cat /root/token").unwrap().trim(), token);
     vm.run("sha256sum -c /root/blob.sum")
         .expect("the 8 MiB file came back intact after the reboot");
@@ -129,13 +166,20 @@ fn resumed_vm_has_the_host_clock_its_own_address_and_a_disk_that_survives_a_rebo
 }
 
 #[test]
-fn two_resumed_vms_in_one_lab_reach_each_other() {
-    let lab = lab("two_resumed_vms_in_one_lab_reach_each_other");
+fn two_resumed_vms_in_one_lab_have_their_own_machine_ids_and_reach_each_other() {
+    let lab = lab("two_resumed_vms_in_one_lab_have_their_own_machine_ids_and_reach_each_other");
     let (a, nic_a) = resume(&lab, "alpha");
     let (b, nic_b) = resume(&lab, "beta");
     assert_ne!(nic_a.mac, nic_b.mac);
     assert_has_its_own_network(&a, &nic_a, "alpha after the resume");
     assert_has_its_own_network(&b, &nic_b, "beta after the resume");
+    let (id_a, id_b) = (machine_id(&a), machine_id(&b));
+    assert_ne!(
+        id_a, id_b,
+        "two VMs resumed from one saved state share a machine id"
+    );
+    assert_journal_follows_the_machine_id(&a, &id_a);
+    assert_journal_follows_the_machine_id(&b, &id_b);
     for (from, to, to_nic) in [(&a, &b, &nic_b), (&b, &a, &nic_a)] {
         from.run(&format!("ping -c 2 -W 5 {}", to_nic.ip))
             .unwrap_or_else(|e| panic!("{} does not reach {}: {e}", from.name(), to.name()));

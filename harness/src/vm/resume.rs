@@ -4,7 +4,8 @@
 //! `guest-set-time` then sets it precisely), gives the NIC the VM's MAC, rewrites `/run/systemd/network/10-lab.network`
 //! and `/etc/resolv.conf` as `lab-net.service` would from `lab.ip= lab.gw= lab.dns=` (each only
 //! when it differs: a resumed joined node keeps its resolver's search and options), has
-//! networkd apply them, waits for the address and default route, mounts the 9p share when the VM has one, and
+//! networkd apply them, waits for the address and default route, mounts the 9p share when the VM has one,
+//! gives a VM resumed from the image's state (shared by every VM) a machine id of its own, and
 //! prints the boot id. From its first reboot on, the guest takes all of this from the kernel
 //! command line and NIC of the resumed QEMU, like a cold-booted VM.
 
@@ -63,9 +64,9 @@ pub fn migrate(uri: &str) -> qmp::qmp::migrate {
 }
 
 /// The script run in the guest after a resume; arguments: unix time, MAC, `ip/prefix`,
-/// gateway, DNS server, `1` to mount the share.
+/// gateway, DNS server, `1` to mount the share, `1` to give the guest a new machine id.
 const SETUP: &str = r##"set -eu
-now=$1 mac=$2 ip=$3 gw=$4 dns=$5 share=$6
+now=$1 mac=$2 ip=$3 gw=$4 dns=$5 share=$6 newid=$7
 date -u -s "@$now" >/dev/null
 dev=""
 for path in /sys/class/net/en*; do
@@ -108,6 +109,14 @@ until configured; do
 	sleep 0.2
 done
 if [ "$share" = 1 ] && ! mountpoint -q /mnt/lab; then mount /mnt/lab; fi
+if [ "$newid" = 1 ]; then
+	# The saved boot's id is every resumed VM's: draw a new one (vmgenid reseeded the
+	# generator), and restart journald so that it writes under the new id from now on.
+	if mountpoint -q /etc/machine-id; then umount /etc/machine-id; fi
+	tr -d '-' </proc/sys/kernel/random/uuid >/etc/machine-id.lab-tmp
+	mv -f /etc/machine-id.lab-tmp /etc/machine-id
+	systemctl restart systemd-journald.service
+fi
 cat /proc/sys/kernel/random/boot_id
 "##;
 
@@ -120,8 +129,17 @@ pub fn mac_of(spec: &VmSpec) -> String {
     }
 }
 
+/// Whose identity (`/etc/machine-id`) a resumed VM has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Identity {
+    /// A new one: resumed from the image's saved state, which every VM shares.
+    New,
+    /// The saved VM's own: resumed from a joined node's checkpoint, the same node again.
+    Saved,
+}
+
 /// The guest command that finishes a resume, with the host's time as of now.
-pub fn setup_argv(spec: &VmSpec) -> Vec<String> {
+pub fn setup_argv(spec: &VmSpec, identity: Identity) -> Vec<String> {
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
     let address = spec.net.address();
     vec![
@@ -135,6 +153,7 @@ pub fn setup_argv(spec: &VmSpec) -> Vec<String> {
         address.gateway,
         address.dns,
         if spec.share.is_some() { "1" } else { "0" }.into(),
+        if identity == Identity::New { "1" } else { "0" }.into(),
     ]
 }
 
@@ -160,7 +179,11 @@ mod tests {
                 initrd: "/i".into(),
             },
         );
-        let argv = setup_argv(&spec);
+        let argv = setup_argv(&spec, Identity::New);
+        assert_eq!(
+            argv[10], "1",
+            "a VM resumed from the image's state gets a new machine id"
+        );
         assert_eq!(
             argv[5], "52:54:00:12:34:56",
             "user networking keeps QEMU's default MAC"
@@ -183,7 +206,7 @@ mod tests {
             },
         };
         spec.share = Some("/srv".into());
-        let argv = setup_argv(&spec);
+        let argv = setup_argv(&spec, Identity::Saved);
         assert_eq!(
             argv[5..],
             [
@@ -191,7 +214,8 @@ mod tests {
                 "192.168.103.10/24".into(),
                 "192.168.103.1".into(),
                 "192.168.103.1".into(),
-                "1".into()
+                "1".into(),
+                "0".into()
             ]
         );
     }

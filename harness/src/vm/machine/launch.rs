@@ -17,7 +17,7 @@ use crate::vm::process::{Events, QemuProcess};
 use crate::vm::qemu;
 use crate::vm::qmp;
 use crate::vm::ready;
-use crate::vm::resume::{self, Launched};
+use crate::vm::resume::{self, Identity, Launched};
 use crate::vm::rundir::{RunDir, RunDirError, VmInfo};
 use crate::vm::spec::{BootMode, VmSpec};
 use crate::vm::state::{self, SavedState, StateError};
@@ -63,7 +63,12 @@ impl Vm {
                 source: Box::new(source),
             };
             let saved = Vm::ensure_saved_state(cache, &spec, accel).map_err(state_err)?;
-            match Vm::launch(spec.clone(), accel, deadlines, Launch::Resume(&saved)) {
+            match Vm::launch(
+                spec.clone(),
+                accel,
+                deadlines,
+                Launch::Resume(&saved, Identity::New),
+            ) {
                 Ok(vm) => return Ok(vm),
                 Err(Launched::Failed(err)) => return Err(err),
                 Err(Launched::NotLoaded(err)) => {
@@ -91,15 +96,17 @@ impl Vm {
         };
         let deadlines = Deadlines::from_env(accel).map_err(VmError::Spec)?;
         let name = spec.name.clone();
-        Vm::launch(spec, accel, deadlines, Launch::Resume(saved)).map_err(|launched| match launched {
-            Launched::NotLoaded(err) => VmError::State {
-                vm: name,
-                source: Box::new(StateError::Stale {
-                    dir: saved.dir.clone(),
-                    why: format!("QEMU could not load it: {err}"),
-                }),
-            },
-            Launched::Failed(err) => err,
+        Vm::launch(spec, accel, deadlines, Launch::Resume(saved, Identity::Saved)).map_err(|launched| {
+            match launched {
+                Launched::NotLoaded(err) => VmError::State {
+                    vm: name,
+                    source: Box::new(StateError::Stale {
+                        dir: saved.dir.clone(),
+                        why: format!("QEMU could not load it: {err}"),
+                    }),
+                },
+                Launched::Failed(err) => err,
+            }
         })
     }
 
@@ -141,11 +148,11 @@ impl Vm {
             boot_id: String::new(),
             boot_time: Duration::ZERO,
             mode: match launch {
-                Launch::Resume(_) => BootMode::Resume,
+                Launch::Resume(..) => BootMode::Resume,
                 _ => BootMode::Cold,
             },
             state: match launch {
-                Launch::Resume(saved) => Some(saved.dir.clone()),
+                Launch::Resume(saved, _) => Some(saved.dir.clone()),
                 _ => None,
             },
             exit_expected: false,
@@ -159,7 +166,7 @@ impl Vm {
             })
         })?;
         let result = match launch {
-            Launch::Resume(_) => vm.finish_resume(),
+            Launch::Resume(_, identity) => vm.finish_resume(identity),
             _ => vm
                 .wait_for_boot(0, "", "booting", vm.deadlines.boot)
                 .map_err(Launched::Failed),
@@ -207,7 +214,7 @@ impl Vm {
                 qemu::args(spec, run, accel)
             }
             Launch::Template { disk, share } => qemu::template_args(spec, run, accel, disk, share),
-            Launch::Resume(saved) => {
+            Launch::Resume(saved, _) => {
                 overlay::create(&saved.disk(), run.overlay()).map_err(overlay_err)?;
                 let share = match &spec.share {
                     Some(share) => share.clone(),
@@ -248,11 +255,11 @@ impl Vm {
             netns: spec.netns.clone(),
             append,
             boot_mode: Some(match launch {
-                Launch::Resume(_) => BootMode::Resume,
+                Launch::Resume(..) => BootMode::Resume,
                 _ => BootMode::Cold,
             }),
             saved_state: match launch {
-                Launch::Resume(saved) => Some(saved.dir.clone()),
+                Launch::Resume(saved, _) => Some(saved.dir.clone()),
                 _ => None,
             },
         })?;
@@ -271,8 +278,9 @@ impl Vm {
     }
 
     /// After `-incoming`: waits for QEMU to load the state, continues the guest, reaches its
-    /// agent and runs [`resume::setup_argv`] (clock, MAC, address, share); records the boot id.
-    pub(super) fn finish_resume(&mut self) -> Result<(), Launched> {
+    /// agent and runs [`resume::setup_argv`] (clock, MAC, address, share, machine id); records
+    /// the boot id.
+    pub(super) fn finish_resume(&mut self, identity: Identity) -> Result<(), Launched> {
         let started = Instant::now();
         let doing = "loading the saved state";
         let loaded = crate::vm::deadline::wait_until(
@@ -303,7 +311,7 @@ impl Vm {
             self.qmp(&qmp::qmp::cont {}).map_err(Launched::Failed)?;
         }
         let out = self
-            .argv(resume::setup_argv(&self.spec))
+            .argv(resume::setup_argv(&self.spec, identity))
             .run()
             .map_err(Launched::Failed)?;
         let stdout = out.stdout_text();

@@ -43,8 +43,12 @@ pub struct Vm {
 /// How QEMU is started.
 enum Launch<'a> {
     Cold,
-    Template { disk: &'a Path, share: &'a Path },
-    Resume(&'a SavedState),
+    Template {
+        disk: &'a Path,
+        share: &'a Path,
+    },
+    /// From a saved state; the identity says whether the guest keeps the saved machine id.
+    Resume(&'a SavedState, super::resume::Identity),
 }
 
 /// Fails naming `harness images build` when the image's disk, kernel or initrd is missing.
