@@ -3,7 +3,8 @@
 //! namespace with the listener addresses on `lo`, killed with SIGKILL again and again; after each
 //! kill both listeners answer the health name again, from a new CoreDNS process under the same
 //! supervisor. The time from each kill until both answer is printed (min/median/max; the figure
-//! is in docs/perf.md). A CoreDNS that cannot start again (its Corefile broken meanwhile) is tried
+//! is in docs/perf.md). A hung CoreDNS (SIGSTOP) is killed by the supervisor after three failed
+//! checks in a row and started again. A CoreDNS that cannot start again (its Corefile broken meanwhile) is tried
 //! three times, then ends the supervisor with CoreDNS's exit status, for systemd to restart the
 //! unit.
 //!
@@ -230,4 +231,60 @@ fn a_coredns_that_cannot_start_again_ends_the_supervisor_with_its_status() {
         "{log}"
     );
     assert!(log.contains("CoreDNS exited before it became healthy"), "{log}");
+}
+
+#[test]
+fn a_hung_coredns_is_killed_and_started_again_by_the_same_supervisor() {
+    let mut s = Supervised::start();
+    assert!(s.both_answer(), "not answering after READY=1\n{}", s.log());
+    let supervisor_pid = s.supervisor.0.id();
+    let pid = s.coredns_pid();
+    // SIGSTOP: the process lives on, its sockets stay bound, nothing answers.
+    kill(Pid::from_raw(pid), Signal::SIGSTOP).unwrap();
+    let hung = Instant::now();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!s.both_answer(), "a stopped CoreDNS still answered\n{}", s.log());
+    // The first failing regular check comes within one interval (12 s without a watchdog), then
+    // the rechecks; past that plus the start, the supervisor did not act.
+    let bound = Duration::from_secs(12) + GIVE_UP;
+    while !s.both_answer() {
+        assert!(
+            hung.elapsed() < bound,
+            "DNS not back {bound:?} after CoreDNS {pid} was stopped\n{}",
+            s.log()
+        );
+        if let Some(status) = s.supervisor().try_wait().unwrap() {
+            panic!("the supervisor exited ({status}) with CoreDNS hung\n{}", s.log());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let took = hung.elapsed();
+    s.until_notified("STATUS=CoreDNS healthy again", GIVE_UP);
+    assert_ne!(
+        s.coredns_pid(),
+        pid,
+        "the answers come from the stopped CoreDNS\n{}",
+        s.log()
+    );
+    assert!(
+        !Path::new(&format!("/proc/{pid}")).exists(),
+        "the hung CoreDNS {pid} is still there\n{}",
+        s.log()
+    );
+    assert_eq!(s.supervisor.0.id(), supervisor_pid);
+    assert!(s.supervisor().try_wait().unwrap().is_none(), "{}", s.log());
+    let log = s.log();
+    assert!(
+        log.contains(&format!(
+            "CoreDNS failed {} health checks in a row: taking it for hung, killing it",
+            agent::supervisor::run::HUNG_AFTER_FAILED_CHECKS
+        )),
+        "{log}"
+    );
+    assert_eq!(
+        log.matches("CoreDNS exited; starting it again").count(),
+        1,
+        "{log}"
+    );
+    eprintln!("CoreDNS hung (SIGSTOP): both listeners answered a new CoreDNS after {took:.1?}");
 }

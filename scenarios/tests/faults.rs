@@ -8,8 +8,8 @@
 //!   asked gets no address, and names resolve again once the upstream answers;
 //! * the supervisor killed with SIGKILL: systemd starts `localdns.service` again and both
 //!   listeners answer;
-//! * CoreDNS hung with SIGSTOP: the failed checks stop the watchdog pings, systemd restarts the
-//!   unit, and both listeners answer with a new CoreDNS.
+//! * CoreDNS hung with SIGSTOP: three failed checks in a row and the supervisor (the same process)
+//!   kills it and starts a new one; both listeners answer the new CoreDNS.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
@@ -224,8 +224,16 @@ fn supervisor_killed(node: &JoinedNode) -> anyhow::Result<()> {
 }
 
 fn coredns_hung(node: &JoinedNode) -> anyhow::Result<()> {
+    let supervisor = only_pid(node, "unbounded-local")?;
     let coredns = only_pid(node, "coredns")?;
     let (ms, _) = fault_then_recovery(node, "STOP", &coredns, &coredns)?;
-    eprintln!("==> CoreDNS hung (SIGSTOP): both listeners answered a new CoreDNS after {ms} ms");
+    let after = only_pid(node, "unbounded-local")?;
+    ensure!(
+        after == supervisor,
+        "the supervisor should kill the hung CoreDNS itself, but localdns.service was restarted (supervisor {supervisor} -> {after})"
+    );
+    eprintln!(
+        "==> CoreDNS hung (SIGSTOP): the supervisor killed it, both listeners answered a new CoreDNS after {ms} ms"
+    );
     Ok(())
 }

@@ -24,6 +24,12 @@ const MAX_FAILED_STARTS: u32 = 3;
 const RESTART_BACKOFF: Duration = Duration::from_millis(200);
 /// How long CoreDNS may take to exit after SIGINT (the unit's `TimeoutStopSec=30` minus a margin).
 const STOP_GRACE: Duration = Duration::from_secs(25);
+/// After a failed health check, the next comes this soon (not a whole interval later).
+const RECHECK: Duration = Duration::from_secs(1);
+/// Failed health checks in a row (the regular one and its quick rechecks) after which CoreDNS is
+/// taken for hung and killed with SIGKILL, to be started again like after a crash: a CoreDNS
+/// that answers neither `/ready` nor its own health name for that long serves nobody.
+pub const HUNG_AFTER_FAILED_CHECKS: u32 = 3;
 
 /// How the supervisor ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -158,6 +164,12 @@ async fn until_healthy(
 /// start; if it exits first it is started again (after a short pause), but the third such exit in
 /// a row, or no health within the start timeout, ends the supervisor (exit with CoreDNS's status,
 /// or 3) and systemd restarts the unit, so a crash loop cannot spin here.
+///
+/// A hung CoreDNS (alive, answering nothing: SIGSTOP, a deadlock) is found by the health checks:
+/// a failed check is repeated every [`RECHECK`], and after [`HUNG_AFTER_FAILED_CHECKS`] failures
+/// in a row CoreDNS is killed with SIGKILL and started again as after a crash — without waiting
+/// for systemd's watchdog to restart the whole unit. Only the regular checks count towards the
+/// failure rule.
 pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
     let mut term = signal(SignalKind::terminate()).map_err(SuperviseError::Signals)?;
     let mut int = signal(SignalKind::interrupt()).map_err(SuperviseError::Signals)?;
@@ -186,18 +198,19 @@ pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
     tracing::info!("{status}");
     notify::ready(&status);
 
-    // Watchdog: one check per tick; pass → WATCHDOG=1, failures counted in the window. CoreDNS
-    // exiting is answered by starting it again.
+    // Watchdog: one check per interval; pass → WATCHDOG=1, failures counted in the window. A
+    // failed check is followed by quick rechecks; CoreDNS failing [`HUNG_AFTER_FAILED_CHECKS`] in
+    // a row is killed. CoreDNS exiting (by itself or killed) is answered by starting it again.
     let mut failures = FailureWindow::new(settings.failure_window, settings.failure_threshold);
     let mut restarts = 0u64;
-    let mut ticks = tokio::time::interval(settings.check_interval);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    ticks.tick().await;
+    let mut failed_in_a_row = 0u32;
+    let mut next_check = tokio::time::Instant::now() + settings.check_interval;
     loop {
         tokio::select! {
             status = child.wait() => {
                 let status = status.map_err(SuperviseError::Wait)?;
                 restarts += 1;
+                failed_in_a_row = 0;
                 tracing::error!(%status, restarts, "CoreDNS exited; starting it again");
                 notify::status(&format!("CoreDNS exited ({status}); starting it again (restart {restarts})"));
                 let mut failed_starts = 0;
@@ -212,6 +225,7 @@ pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
                             tracing::info!("{status}");
                             notify::status(&status);
                             notify::watchdog();
+                            next_check = tokio::time::Instant::now() + settings.check_interval;
                             break;
                         }
                         Err(Outcome::CoreDnsExited(status)) if failed_starts + 1 < MAX_FAILED_STARTS => {
@@ -225,11 +239,38 @@ pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
             }
             _ = term.recv() => return stopped(&mut child).await,
             _ = int.recv() => return stopped(&mut child).await,
-            _ = ticks.tick() => {
+            _ = tokio::time::sleep_until(next_check) => {
                 match probe::check(settings).await {
-                    Ok(()) => notify::watchdog(),
+                    Ok(()) => {
+                        if failed_in_a_row > 0 {
+                            tracing::info!(failed_in_a_row, "health check passed again");
+                        }
+                        failed_in_a_row = 0;
+                        next_check = tokio::time::Instant::now() + settings.check_interval;
+                        notify::watchdog();
+                    }
                     Err(errors) => {
                         let last_error = describe(&errors);
+                        failed_in_a_row += 1;
+                        next_check = tokio::time::Instant::now() + RECHECK;
+                        if failed_in_a_row >= HUNG_AFTER_FAILED_CHECKS {
+                            let why = format!(
+                                "CoreDNS failed {failed_in_a_row} health checks in a row: taking it for hung, killing it: {last_error}"
+                            );
+                            tracing::error!("{why}");
+                            notify::status(&why);
+                            failed_in_a_row = 0;
+                            // Its exit is then seen like a crash: CoreDNS is started again.
+                            if let Err(err) = child.start_kill() {
+                                tracing::warn!(%err, "could not kill CoreDNS");
+                            }
+                            continue;
+                        }
+                        // Rechecks do not count towards the failure rule: only the regular check does.
+                        if failed_in_a_row > 1 {
+                            tracing::warn!(failed_in_a_row, %last_error, "health check failed again");
+                            continue;
+                        }
                         match failures.record_failure(Instant::now()) {
                             Verdict::Tolerate { failures_in_window } => {
                                 tracing::warn!(failures_in_window, %last_error, "health check failed");
