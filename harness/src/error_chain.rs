@@ -1,4 +1,4 @@
-//! [`Chain`]: an error and its causes on one line (`a: b: c`), as `anyhow` shows them with `{:#}`.
+//! [`Chain`]: an error and its causes on one line (`a: b: c`), as the binary prints an error.
 
 use std::error::Error;
 use std::fmt;
