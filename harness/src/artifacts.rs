@@ -22,9 +22,9 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use agent::config::{ContainerImageConfig, DownloadSource, DownloadsConfig, MachineImageConfig};
-use anyhow::Context;
 
-use crate::cache::{Cache, RecipeKey};
+use crate::cache::{Cache, CacheError, RecipeKey};
+use crate::error_chain::Chain;
 use crate::images::{coredns, kubernetes, oci, rootfs};
 use crate::lab::{Lab, LabError};
 
@@ -51,8 +51,35 @@ pub enum ArtifactsError {
         #[source]
         source: LabError,
     },
-    #[error("assembling the offline bundle: {0:#}")]
-    Bundle(anyhow::Error),
+    #[error("assembling the offline bundle")]
+    Bundle(#[source] CacheError),
+}
+
+/// Why the offline bundle could not be laid out (inside [`ArtifactsError::Bundle`]).
+#[derive(Debug, thiserror::Error)]
+pub enum BundleError {
+    #[error("{what} {path}")]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path} is missing")]
+    Missing {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("copying {from} to {to}")]
+    Copy {
+        from: PathBuf,
+        to: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("writing the bundle's manifest")]
+    Manifest(#[source] serde_json::Error),
 }
 
 /// What a node config needs from the published artifacts (see `harness::node_config::LabValues`).
@@ -117,7 +144,7 @@ fn inputs(cache: &Cache) -> Result<Inputs, ArtifactsError> {
             let missing: Vec<String> = [coredns.err(), kubernetes.err(), rootfs.err(), images.err()]
                 .into_iter()
                 .flatten()
-                .map(|e| format!("  - {e:#}"))
+                .map(|e| format!("  - {}", Chain(&e)))
                 .collect();
             Err(ArtifactsError::Missing(missing.join("\n")))
         }
@@ -208,14 +235,13 @@ fn bundle_key(inputs: &Inputs) -> RecipeKey {
 }
 
 /// Assembles (once per set of inputs) the offline bundle from hard links into the cache.
-fn offline_bundle(cache: &Cache, inputs: &Inputs) -> anyhow::Result<PathBuf> {
-    let dir = cache.get_or_build(BUNDLE_KIND, &bundle_key(inputs), |out, _log| {
-        assemble_bundle(inputs, out)
-    })?;
-    Ok(dir)
+fn offline_bundle(cache: &Cache, inputs: &Inputs) -> Result<PathBuf, CacheError> {
+    cache.get_or_build(BUNDLE_KIND, &bundle_key(inputs), |out, _log| {
+        Ok(assemble_bundle(inputs, out)?)
+    })
 }
 
-fn assemble_bundle(inputs: &Inputs, out: &Path) -> anyhow::Result<()> {
+fn assemble_bundle(inputs: &Inputs, out: &Path) -> Result<(), BundleError> {
     let Inputs {
         coredns,
         kubernetes,
@@ -242,7 +268,12 @@ fn assemble_bundle(inputs: &Inputs, out: &Path) -> anyhow::Result<()> {
     files.extend(pinned_files(rootfs, images));
     for (relative, source) in &files {
         let dest = out.join(relative);
-        fs::create_dir_all(dest.parent().context("bundle path without a parent")?)?;
+        let parent = dest.parent().expect("a path under out has a parent");
+        fs::create_dir_all(parent).map_err(|source| BundleError::Io {
+            what: "creating",
+            path: parent.to_path_buf(),
+            source,
+        })?;
         link_or_copy(source, &dest)?;
     }
     let [pause_version, busybox_version] = node_images(images).map(|i| {
@@ -262,11 +293,13 @@ fn assemble_bundle(inputs: &Inputs, out: &Path) -> anyhow::Result<()> {
         "machineImage": { "File": rootfs_file(rootfs), "SHA256": rootfs.sha256 },
         "containerImages": container_images,
     });
-    fs::write(
-        out.join("manifest.json"),
-        serde_json::to_string_pretty(&manifest)? + "\n",
-    )?;
-    Ok(())
+    let path = out.join("manifest.json");
+    let text = serde_json::to_string_pretty(&manifest).map_err(BundleError::Manifest)?;
+    fs::write(&path, text + "\n").map_err(|source| BundleError::Io {
+        what: "writing",
+        path,
+        source,
+    })
 }
 
 /// The images a node gets (`ContainerImages`): pause first, then the test image.
@@ -303,11 +336,17 @@ fn pinned_files(rootfs: &rootfs::Rootfs, images: &oci::OciImages) -> Vec<(PathBu
 }
 
 /// A hard link (the bundle lives in the same cache), else a copy.
-fn link_or_copy(source: &Path, dest: &Path) -> anyhow::Result<()> {
-    let source = fs::canonicalize(source).with_context(|| format!("{} is missing", source.display()))?;
+fn link_or_copy(source: &Path, dest: &Path) -> Result<(), BundleError> {
+    let source = fs::canonicalize(source).map_err(|e| BundleError::Missing {
+        path: source.to_path_buf(),
+        source: e,
+    })?;
     if fs::hard_link(&source, dest).is_err() {
-        fs::copy(&source, dest)
-            .with_context(|| format!("copying {} to {}", source.display(), dest.display()))?;
+        fs::copy(&source, dest).map_err(|e| BundleError::Copy {
+            from: source.clone(),
+            to: dest.to_path_buf(),
+            source: e,
+        })?;
     }
     Ok(())
 }

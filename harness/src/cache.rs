@@ -12,6 +12,9 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
+/// A build's own error, whatever its type (the cache only carries it).
+pub type BuildError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
 /// Errors of the cache itself (a failing build's own error is carried inside).
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {
@@ -29,7 +32,7 @@ pub enum CacheError {
         key: String,
         log: PathBuf,
         #[source]
-        source: anyhow::Error,
+        source: BuildError,
     },
 }
 
@@ -134,7 +137,7 @@ impl Cache {
         &self,
         kind: &str,
         key: &RecipeKey,
-        build: impl FnOnce(&Path, &Path) -> anyhow::Result<()>,
+        build: impl FnOnce(&Path, &Path) -> Result<(), BuildError>,
     ) -> Result<PathBuf, CacheError> {
         let final_path = self.entry_path(kind, key);
         if final_path.is_dir() {
@@ -260,9 +263,11 @@ mod tests {
         let cache = Cache::at(dir.path().to_path_buf()).unwrap();
         let key = RecipeKey::new("t");
         let err = cache
-            .get_or_build("thing", &key, |_, _| anyhow::bail!("boom"))
+            .get_or_build("thing", &key, |_, _| Err("boom".into()))
             .unwrap_err();
         assert!(err.to_string().contains("building thing"), "{err}");
+        let source = std::error::Error::source(&err).map(ToString::to_string);
+        assert_eq!(source.as_deref(), Some("boom"));
         assert!(cache.lookup("thing", &key).is_none());
 
         let mut builds = 0;

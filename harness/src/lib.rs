@@ -7,6 +7,7 @@ pub mod checkpoint;
 pub mod child;
 pub mod controlplane;
 pub mod deploy;
+pub mod error_chain;
 pub mod evidence;
 pub mod guest_tests;
 pub mod images;

@@ -7,7 +7,7 @@
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, IsTerminal, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -97,18 +97,54 @@ pub struct LoggedCommandFailed {
     pub tail: String,
 }
 
+/// Why [`run_logged`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RunLoggedError {
+    #[error("writing the build log {log}")]
+    Log {
+        log: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("could not start `{command}`")]
+    Start {
+        command: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("waiting for `{command}`")]
+    Wait {
+        command: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Failed(#[from] LoggedCommandFailed),
+}
+
 /// Runs `cmd` with stdout and stderr appended to `log`, showing progress on `step`.
-pub fn run_logged(cmd: &mut Command, log: &Path, step: &Step) -> anyhow::Result<()> {
+pub fn run_logged(cmd: &mut Command, log: &Path, step: &Step) -> Result<(), RunLoggedError> {
     let command = CommandLine(cmd).to_string();
-    let mut file = File::options().create(true).append(true).open(log)?;
-    writeln!(file, "$ {command}")?;
+    let log_err = |source| RunLoggedError::Log {
+        log: log.to_path_buf(),
+        source,
+    };
+    let mut file = File::options()
+        .create(true)
+        .append(true)
+        .open(log)
+        .map_err(log_err)?;
+    writeln!(file, "$ {command}").map_err(log_err)?;
     let file = Arc::new(Mutex::new(file));
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| anyhow::anyhow!("could not start `{command}`: {e}"))?;
+        .map_err(|source| RunLoggedError::Start {
+            command: command.clone(),
+            source,
+        })?;
     let tail = Arc::new(Mutex::new(Vec::<String>::new()));
     std::thread::scope(|scope| {
         let stdout = child.stdout.take().expect("piped");
@@ -132,7 +168,10 @@ pub fn run_logged(cmd: &mut Command, log: &Path, step: &Step) -> anyhow::Result<
             });
         }
     });
-    let status = child.wait()?;
+    let status = child.wait().map_err(|source| RunLoggedError::Wait {
+        command: command.clone(),
+        source,
+    })?;
     if status.success() {
         return Ok(());
     }

@@ -70,7 +70,7 @@ pub fn ensure_checkpoint(cache: &Cache, node_config: &Path) -> anyhow::Result<Ch
     let inputs = saved_node::inputs(cache, &node, node_config)?;
     let saved = step(&format!("getting the checkpoint of node {}", node.name()), || {
         Ok(checkpoint::ensure(cache, &inputs, |out| {
-            save_joined(node_config, out)
+            save_joined(node_config, out).map_err(Into::into)
         })?)
     })?;
     eprintln!(

@@ -33,7 +33,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sha2::{Digest, Sha256};
 
-use crate::cache::{Cache, CacheError};
+use crate::cache::{BuildError, Cache, CacheError};
 use crate::deploy::DeployedNode;
 use crate::vm::state::{self, SavedState, StateInfo, StateInputs};
 
@@ -237,7 +237,7 @@ pub struct Saved {
 pub fn ensure(
     cache: &Cache,
     inputs: &CheckpointInputs,
-    mut build: impl FnMut(&Path) -> anyhow::Result<Saved>,
+    mut build: impl FnMut(&Path) -> Result<Saved, BuildError>,
 ) -> Result<Checkpoint, CheckpointError> {
     let key = inputs.0.key_of(KIND);
     prune(cache);
@@ -452,7 +452,7 @@ mod tests {
     }
 
     /// Builds an entry the way a join would, with stand-in files (no VM here).
-    fn fake_build(out: &Path, files: &Files, node: &str) -> anyhow::Result<Saved> {
+    fn fake_build(out: &Path, files: &Files, node: &str) -> Result<Saved, BuildError> {
         fs::write(out.join(state::DISK), "disk")?;
         fs::write(out.join(state::STREAM), "stream")?;
         fs::create_dir_all(out.join(CONTROL_PLANE).join("pki"))?;

@@ -21,6 +21,7 @@ use crate::controlplane::ControlPlaneError;
 use crate::deploy::DeployedNode;
 use crate::deploy::offline::{self, NoRoute, OfflineError};
 use crate::deploy::ready::{NotReady, wait_node_ready};
+use crate::error_chain::Chain;
 use crate::lab::{Lab, LabError, LabSpec};
 use crate::node_config::NodeConfig;
 use crate::vm::{Accel, BootImage, Vm, VmError, VmSpec};
@@ -124,7 +125,7 @@ pub fn inputs(
 ) -> Result<CheckpointInputs, NodeCheckpointError> {
     let image = crate::images::host::require(cache).map_err(|e| NodeCheckpointError::Host {
         what: "the host image".into(),
-        why: format!("{e:#}"),
+        why: Chain(&e).to_string(),
     })?;
     let probe = VmSpec::new("checkpoint", node.name(), BootImage::from(&image));
     let accel = Accel::from_env().map_err(VmError::from)?;
@@ -202,7 +203,7 @@ pub fn resume(
 ) -> Result<ResumedNode, NodeCheckpointError> {
     let image = crate::images::host::require(cache).map_err(|e| NodeCheckpointError::Host {
         what: "the host image".into(),
-        why: format!("{e:#}"),
+        why: Chain(&e).to_string(),
     })?;
     let lab = Lab::start(LabSpec {
         control_plane: true,

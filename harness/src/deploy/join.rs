@@ -15,10 +15,11 @@ use super::offline::{self, OfflineError};
 use super::ready::{NotReady, ready_since, wait_node_ready_showing};
 use super::{DeployedNode, deploy_node_as};
 use crate::artifacts::{ArtifactsError, LabArtifacts};
-use crate::cache::Cache;
+use crate::cache::{Cache, CacheError};
 use crate::controlplane::ControlPlaneError;
+use crate::error_chain::Chain;
 use crate::lab::Lab;
-use crate::node_config::NodeConfig;
+use crate::node_config::{NodeConfig, NodeConfigError};
 use crate::vm::Vm;
 
 /// The Node's deadline to become Ready once `start` returned, in VM command deadlines
@@ -29,6 +30,11 @@ pub const READY_COMMAND_DEADLINES: u32 = 5;
 pub enum JoinError {
     #[error("lab {lab} has no control plane")]
     NoControlPlane { lab: String },
+    /// `harness lab up`'s node config could not be read.
+    #[error(transparent)]
+    NodeConfig(#[from] NodeConfigError),
+    #[error(transparent)]
+    Cache(#[from] CacheError),
     #[error(transparent)]
     Artifacts(#[from] ArtifactsError),
     #[error(transparent)]
@@ -187,10 +193,10 @@ pub fn how_to(lab: &Lab, vm: &Vm, joined: &Joined) -> String {
 /// `$LAB_ARTIFACTS_DIR/lab-up/`), printing how to reach it, or the error and that the lab stays
 /// up for a look. Returns whether the node joined.
 pub fn join_and_report(lab: &Lab, vm: &Vm, node_config: &std::path::Path) -> bool {
-    let result = (|| -> anyhow::Result<Joined> {
+    let result = (|| -> Result<Joined, JoinError> {
         let node = NodeConfig::load(node_config)?;
         let cache = Cache::open()?;
-        Ok(join(lab, vm, &node, &cache, "lab-up")?)
+        join(lab, vm, &node, &cache, "lab-up")
     })();
     match result {
         Ok(joined) => {
@@ -199,8 +205,9 @@ pub fn join_and_report(lab: &Lab, vm: &Vm, node_config: &std::path::Path) -> boo
         }
         Err(err) => {
             eprintln!(
-                "\nerror: the node did not join: {err:#}\n\
+                "\nerror: the node did not join: {}\n\
                  ==> the lab and VM {} stay up so you can look (see below); Ctrl-C to stop",
+                Chain(&err),
                 vm.name()
             );
             false

@@ -17,7 +17,8 @@ use std::process::Command;
 use flate2::{Compression, GzBuilder};
 
 pub use super::entry::write_sidecar;
-use super::entry::{read_hex_of, require_built, sidecar_of};
+use super::entry::{read_hex_of, require_built, sidecar_of, write_json};
+use super::error::{ImageError, io_err, transfer_err};
 use super::recipe::RecipeFiles;
 use crate::cache::{Cache, RecipeKey};
 use crate::progress::Step;
@@ -49,7 +50,7 @@ pub struct Recipe {
 
 impl Recipe {
     /// Parses `KEY=VALUE` lines (comments and blanks ignored).
-    pub fn parse(text: &str) -> anyhow::Result<Recipe> {
+    pub fn parse(text: &str) -> Result<Recipe, ImageError> {
         let env = FILES.env_of(text);
         Ok(Recipe {
             version: env.version("COREDNS_VERSION", "1.15.0")?,
@@ -59,7 +60,7 @@ impl Recipe {
     }
 
     /// The recipe as checked in.
-    pub fn pinned() -> anyhow::Result<Recipe> {
+    pub fn pinned() -> Result<Recipe, ImageError> {
         Recipe::parse(FILES.env)
     }
 
@@ -96,7 +97,7 @@ pub struct CoreDnsArtifact {
 }
 
 impl CoreDnsArtifact {
-    fn at(dir: &Path, recipe: &Recipe) -> anyhow::Result<CoreDnsArtifact> {
+    fn at(dir: &Path, recipe: &Recipe) -> Result<CoreDnsArtifact, ImageError> {
         let version = recipe.version.clone();
         let tarball = dir.join(recipe.tarball_name());
         let tarball_sidecar = sidecar_of(&tarball);
@@ -116,21 +117,21 @@ impl CoreDnsArtifact {
 }
 
 /// Builds the artifact unless it is cached; returns it.
-pub fn build(cache: &Cache) -> anyhow::Result<CoreDnsArtifact> {
+pub fn build(cache: &Cache) -> Result<CoreDnsArtifact, ImageError> {
     let recipe = Recipe::pinned()?;
-    let dir = cache.get_or_build(KIND, &key(), |out, log| build_into(&recipe, out, log))?;
+    let dir = cache.get_or_build(KIND, &key(), |out, log| Ok(build_into(&recipe, out, log)?))?;
     CoreDnsArtifact::at(&dir, &recipe)
 }
 
 /// The cached artifact; fails at once, naming `harness images build`, when it is missing.
-pub fn require(cache: &Cache) -> anyhow::Result<CoreDnsArtifact> {
+pub fn require(cache: &Cache) -> Result<CoreDnsArtifact, ImageError> {
     let recipe = Recipe::pinned()?;
     let what = format!("CoreDNS {} artifact", recipe.version);
     let dir = require_built(cache, KIND, &key(), &what, "coredns")?;
     CoreDnsArtifact::at(&dir, &recipe)
 }
 
-fn build_into(recipe: &Recipe, out: &Path, log: &Path) -> anyhow::Result<()> {
+fn build_into(recipe: &Recipe, out: &Path, log: &Path) -> Result<(), ImageError> {
     let step = Step::start(format!(
         "building CoreDNS v{} (go install, {})",
         recipe.version, recipe.go_toolchain
@@ -141,56 +142,64 @@ fn build_into(recipe: &Recipe, out: &Path, log: &Path) -> anyhow::Result<()> {
     let built = gobin.join("coredns");
     check_version(&built, &recipe.version)?;
     pack(recipe, &built, out)?;
-    fs::remove_dir_all(&gobin)?;
+    fs::remove_dir_all(&gobin).map_err(io_err("removing", &gobin))?;
     step.finish();
     Ok(())
 }
 
-fn check_version(binary: &Path, version: &str) -> anyhow::Result<()> {
+fn check_version(binary: &Path, version: &str) -> Result<(), ImageError> {
     let out = agent::exec::run_stdout(Command::new(binary).arg("-version"))?;
-    anyhow::ensure!(
-        out.lines().next() == Some(&format!("CoreDNS-{version}")),
-        "{} -version printed {out:?}, expected CoreDNS-{version}",
-        binary.display()
-    );
+    let expected = format!("CoreDNS-{version}");
+    if out.lines().next() != Some(&expected) {
+        return Err(ImageError::UnexpectedOutput {
+            command: format!("{} -version", binary.display()),
+            printed: out,
+            expected,
+        });
+    }
     Ok(())
 }
 
 /// Lays out the tarball, the release directory and the offline bundle.
-fn pack(recipe: &Recipe, built: &Path, out: &Path) -> anyhow::Result<()> {
+fn pack(recipe: &Recipe, built: &Path, out: &Path) -> Result<(), ImageError> {
     let version = &recipe.version;
     let bin_dir = out.join(format!("offline/coredns/v{version}/bin/linux/{ARCH}"));
-    fs::create_dir_all(&bin_dir)?;
+    fs::create_dir_all(&bin_dir).map_err(io_err("creating", &bin_dir))?;
     let binary = bin_dir.join("coredns");
-    fs::rename(built, &binary)?;
+    fs::rename(built, &binary).map_err(transfer_err("moving", built, &binary))?;
     write_sidecar(&binary)?;
-    fs::write(
-        out.join("offline/manifest.json"),
-        serde_json::to_string_pretty(&serde_json::json!({ "versions": { "coredns": version } }))? + "\n",
+    write_json(
+        &out.join("offline/manifest.json"),
+        &serde_json::json!({ "versions": { "coredns": version } }),
     )?;
 
     let release_dir = out.join(format!("release/v{version}"));
-    fs::create_dir_all(&release_dir)?;
+    fs::create_dir_all(&release_dir).map_err(io_err("creating", &release_dir))?;
     let tarball = release_dir.join(recipe.tarball_name());
     write_tarball(&binary, &tarball, recipe.source_date_epoch)?;
     let sidecar = write_sidecar(&tarball)?;
-    fs::hard_link(&tarball, out.join(recipe.tarball_name()))?;
-    fs::hard_link(&sidecar, out.join(sidecar.file_name().expect("sidecar name")))?;
-    fs::write(
-        out.join("build.json"),
-        serde_json::to_string_pretty(&serde_json::json!({
+    for file in [&tarball, &sidecar] {
+        let link = out.join(file.file_name().expect("a file name"));
+        fs::hard_link(file, &link).map_err(transfer_err("linking", file, &link))?;
+    }
+    write_json(
+        &out.join("build.json"),
+        &serde_json::json!({
             "module": "github.com/coredns/coredns",
             "version": version,
             "go_toolchain": recipe.go_toolchain,
             "key": key().hex(),
-        }))? + "\n",
-    )?;
-    Ok(())
+        }),
+    )
 }
 
 /// A gzip tarball with one member `coredns` (0755, uid/gid 0, fixed mtime).
-pub fn write_tarball(binary: &Path, tarball: &Path, mtime: u32) -> anyhow::Result<()> {
-    let data = File::open(binary)?;
+pub fn write_tarball(binary: &Path, tarball: &Path, mtime: u32) -> Result<(), ImageError> {
+    let data = File::open(binary).map_err(io_err("reading", binary))?;
+    write_tarball_of(data, tarball, mtime).map_err(io_err("writing", tarball))
+}
+
+fn write_tarball_of(data: File, tarball: &Path, mtime: u32) -> std::io::Result<()> {
     let size = data.metadata()?.len();
     let gz = GzBuilder::new()
         .mtime(mtime)

@@ -4,9 +4,10 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use anyhow::Context;
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::error::{ImageError, io_err};
 use crate::cache::{Cache, RecipeKey};
 
 /// The built entry of `key`; when it is missing, an error naming `what` it holds and the
@@ -17,20 +18,32 @@ pub fn require_built(
     key: &RecipeKey,
     what: &str,
     image: &str,
-) -> anyhow::Result<PathBuf> {
-    cache.lookup(kind, key).with_context(|| {
-        format!(
-            "no {what} ({kind} {}) in {}: run `harness images build` (or `harness images build {image}`)",
-            key.hex(),
-            cache.root().display()
-        )
+) -> Result<PathBuf, ImageError> {
+    cache.lookup(kind, key).ok_or_else(|| ImageError::NotBuilt {
+        what: what.to_string(),
+        kind: kind.to_string(),
+        key: key.hex(),
+        root: cache.root().to_path_buf(),
+        image: image.to_string(),
     })
 }
 
 /// Reads and parses a JSON file of an entry (`image.json`, `manifest.json`).
-pub fn read_json<T: DeserializeOwned>(path: &Path) -> anyhow::Result<T> {
-    let text = fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+pub fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T, ImageError> {
+    let text = fs::read_to_string(path).map_err(io_err("reading", path))?;
+    serde_json::from_str(&text).map_err(|source| ImageError::Json {
+        what: format!("parsing {}", path.display()),
+        source,
+    })
+}
+
+/// Writes `value` as pretty JSON, with a final newline, to `path` (`image.json`, `build.json`).
+pub fn write_json(path: &Path, value: &impl Serialize) -> Result<(), ImageError> {
+    let text = serde_json::to_string_pretty(value).map_err(|source| ImageError::Json {
+        what: format!("serializing {}", path.display()),
+        source,
+    })?;
+    fs::write(path, text + "\n").map_err(io_err("writing", path))
 }
 
 /// `<path>.sha256`.
@@ -40,31 +53,40 @@ pub fn sidecar_of(path: &Path) -> PathBuf {
     PathBuf::from(os)
 }
 
+/// The sha256 of a file's contents, in hex.
+pub fn sha256_file(path: &Path) -> Result<String, ImageError> {
+    agent::artifact::checksum::sha256_file(path).map_err(io_err("hashing", path))
+}
+
 /// Hashes `path` and writes `<path>.sha256` as `<hex>  <file name>` (as `sha256sum` does); returns its path.
-pub fn write_sidecar(path: &Path) -> anyhow::Result<PathBuf> {
-    let hex = agent::artifact::checksum::sha256_file(path)
-        .with_context(|| format!("hashing {}", path.display()))?;
+pub fn write_sidecar(path: &Path) -> Result<PathBuf, ImageError> {
+    let hex = sha256_file(path)?;
     write_sidecar_with(path, &hex)
 }
 
 /// The digest a `.sha256` sidecar holds, in either form (`<hex>  <file name>` or the bare hex).
-pub fn read_hex_of(sidecar: &Path) -> anyhow::Result<String> {
-    let text = fs::read_to_string(sidecar).with_context(|| format!("reading {}", sidecar.display()))?;
+pub fn read_hex_of(sidecar: &Path) -> Result<String, ImageError> {
+    let text = fs::read_to_string(sidecar).map_err(io_err("reading", sidecar))?;
     let hex = text.split_whitespace().next().unwrap_or_default();
-    anyhow::ensure!(
-        agent::artifact::checksum::is_sha256_hex(hex),
-        "{} holds {text:?}, not a SHA-256 hex digest first",
-        sidecar.display()
-    );
+    if !agent::artifact::checksum::is_sha256_hex(hex) {
+        return Err(ImageError::BadSidecar {
+            path: sidecar.to_path_buf(),
+            text,
+        });
+    }
     Ok(hex.to_string())
 }
 
 /// Writes `<path>.sha256` as `<hex>  <file name>` for a digest already known; returns its path.
-pub fn write_sidecar_with(path: &Path, hex: &str) -> anyhow::Result<PathBuf> {
-    let name = path.file_name().context("no file name")?.to_string_lossy();
+pub fn write_sidecar_with(path: &Path, hex: &str) -> Result<PathBuf, ImageError> {
+    let name = path
+        .file_name()
+        .ok_or_else(|| ImageError::NoFileName {
+            path: path.to_path_buf(),
+        })?
+        .to_string_lossy();
     let sidecar = sidecar_of(path);
-    fs::write(&sidecar, format!("{hex}  {name}\n"))
-        .with_context(|| format!("writing {}", sidecar.display()))?;
+    fs::write(&sidecar, format!("{hex}  {name}\n")).map_err(io_err("writing", &sidecar))?;
     Ok(sidecar)
 }
 

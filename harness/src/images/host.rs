@@ -10,9 +10,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use anyhow::Context;
-
-use super::entry::{read_json, require_built};
+use super::entry::{read_json, require_built, write_json};
+use super::error::{ImageError, io_err, transfer_err};
 use super::mmdebstrap::{self, MANIFEST, Recipe};
 use crate::cache::{Cache, RecipeKey};
 use crate::progress::{Step, run_logged};
@@ -71,25 +70,25 @@ fn recipe() -> Recipe {
 }
 
 /// The cache key of the host image as the recipe stands now.
-pub fn key() -> anyhow::Result<RecipeKey> {
+pub fn key() -> Result<RecipeKey, ImageError> {
     recipe().key()
 }
 
 /// Builds the host image unless it is cached; returns it.
-pub fn build(cache: &Cache) -> anyhow::Result<HostImage> {
+pub fn build(cache: &Cache) -> Result<HostImage, ImageError> {
     let recipe = recipe();
     let key = recipe.key()?;
-    let dir = cache.get_or_build(KIND, &key, |out, log| build_into(&recipe, out, log))?;
+    let dir = cache.get_or_build(KIND, &key, |out, log| Ok(build_into(&recipe, out, log)?))?;
     load(&dir)
 }
 
 /// The cached host image; fails at once, naming `harness images build`, when it is missing.
-pub fn require(cache: &Cache) -> anyhow::Result<HostImage> {
+pub fn require(cache: &Cache) -> Result<HostImage, ImageError> {
     load(&require_built(cache, KIND, &key()?, "VM host image", "host")?)
 }
 
 /// Reads a built entry's `image.json`.
-pub fn load(dir: &Path) -> anyhow::Result<HostImage> {
+pub fn load(dir: &Path) -> Result<HostImage, ImageError> {
     let json: ImageJson = read_json(&dir.join("image.json"))?;
     Ok(HostImage {
         dir: dir.to_path_buf(),
@@ -104,7 +103,7 @@ pub fn load(dir: &Path) -> anyhow::Result<HostImage> {
     })
 }
 
-fn build_into(recipe: &Recipe, out: &Path, log: &Path) -> anyhow::Result<()> {
+fn build_into(recipe: &Recipe, out: &Path, log: &Path) -> Result<(), ImageError> {
     let key = recipe.key()?.hex();
     let tree = out.join("tree");
     let manifest = out.join(MANIFEST);
@@ -124,7 +123,8 @@ fn build_into(recipe: &Recipe, out: &Path, log: &Path) -> anyhow::Result<()> {
         &boot.join(format!("config-{kernel_version}")),
         &out.join("kernel-config"),
     )?;
-    let config = fs::read_to_string(out.join("kernel-config"))?;
+    let config_path = out.join("kernel-config");
+    let config = fs::read_to_string(&config_path).map_err(io_err("reading", &config_path))?;
     let has_9p = config_has(&config, "CONFIG_9P_FS") && config_has(&config, "CONFIG_NET_9P_VIRTIO");
 
     let step = Step::start("host image: ext4 filesystem");
@@ -143,7 +143,7 @@ fn build_into(recipe: &Recipe, out: &Path, log: &Path) -> anyhow::Result<()> {
         &step,
     )?;
     step.message("removing the build tree");
-    fs::remove_dir_all(&tree).with_context(|| format!("removing {}", tree.display()))?;
+    fs::remove_dir_all(&tree).map_err(io_err("removing", &tree))?;
     step.finish();
 
     let step = Step::start("host image: qcow2");
@@ -155,7 +155,7 @@ fn build_into(recipe: &Recipe, out: &Path, log: &Path) -> anyhow::Result<()> {
         log,
         &step,
     )?;
-    fs::remove_file(&raw).with_context(|| format!("removing {}", raw.display()))?;
+    fs::remove_file(&raw).map_err(io_err("removing", &raw))?;
     step.finish();
 
     let json = ImageJson {
@@ -174,29 +174,31 @@ fn build_into(recipe: &Recipe, out: &Path, log: &Path) -> anyhow::Result<()> {
         packages: MANIFEST.into(),
         has_9p,
     };
-    fs::write(
-        out.join("image.json"),
-        serde_json::to_string_pretty(&json)? + "\n",
-    )?;
-    Ok(())
+    write_json(&out.join("image.json"), &json)
 }
 
 /// The kernel version and file name of the one `vmlinuz-<version>` in `boot`.
-fn find_kernel(boot: &Path) -> anyhow::Result<(String, String)> {
+fn find_kernel(boot: &Path) -> Result<(String, String), ImageError> {
     let mut found = Vec::new();
-    for entry in fs::read_dir(boot).with_context(|| format!("reading {}", boot.display()))? {
-        let name = entry?.file_name().to_string_lossy().into_owned();
+    for entry in fs::read_dir(boot).map_err(io_err("reading", boot))? {
+        let name = entry
+            .map_err(io_err("reading", boot))?
+            .file_name()
+            .to_string_lossy()
+            .into_owned();
         if let Some(version) = name.strip_prefix("vmlinuz-") {
             found.push((version.to_string(), name.clone()));
         }
     }
     match found.len() {
         1 => Ok(found.remove(0)),
-        0 => anyhow::bail!(
-            "no vmlinuz-* in {}: the recipe installs no kernel",
-            boot.display()
-        ),
-        _ => anyhow::bail!("more than one kernel in {}: {found:?}", boot.display()),
+        0 => Err(ImageError::NoKernel {
+            boot: boot.to_path_buf(),
+        }),
+        _ => Err(ImageError::ManyKernels {
+            boot: boot.to_path_buf(),
+            found,
+        }),
     }
 }
 
@@ -207,8 +209,8 @@ pub fn config_has(config: &str, option: &str) -> bool {
         .any(|l| l == format!("{option}=y") || l == format!("{option}=m"))
 }
 
-fn copy(from: &Path, to: &Path) -> anyhow::Result<()> {
-    fs::copy(from, to).with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
+fn copy(from: &Path, to: &Path) -> Result<(), ImageError> {
+    fs::copy(from, to).map_err(transfer_err("copying", from, to))?;
     Ok(())
 }
 

@@ -19,9 +19,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use agent::artifact::source::{ArtifactSpec, KUBECTL, KUBELET};
-use anyhow::Context;
 
-use super::entry::{require_built, sidecar_of, write_sidecar_with};
+use super::entry::{require_built, sha256_file, sidecar_of, write_json, write_sidecar_with};
+use super::error::{ImageError, io_err, transfer_err};
 use super::recipe::RecipeFiles;
 use crate::cache::{Cache, RecipeKey};
 use crate::progress::Step;
@@ -66,7 +66,7 @@ pub struct Recipe {
 
 impl Recipe {
     /// Parses `KEY=VALUE` lines (comments and blanks ignored).
-    pub fn parse(text: &str) -> anyhow::Result<Recipe> {
+    pub fn parse(text: &str) -> Result<Recipe, ImageError> {
         let env = FILES.env_of(text);
         let recipe = Recipe {
             version: env.version("KUBERNETES_VERSION", "1.35.4")?,
@@ -79,18 +79,18 @@ impl Recipe {
             "0.{}",
             recipe.version.split_once('.').map_or("", |(_, rest)| rest)
         );
-        anyhow::ensure!(
-            recipe.staging_version == expected_staging,
-            "images/kubernetes/recipe.env: KUBERNETES_STAGING_VERSION={} does not match \
-             KUBERNETES_VERSION={} (expected {expected_staging})",
-            recipe.staging_version,
-            recipe.version
-        );
+        if recipe.staging_version != expected_staging {
+            return Err(env.bad(format!(
+                "KUBERNETES_STAGING_VERSION={} does not match KUBERNETES_VERSION={} (expected \
+                 {expected_staging})",
+                recipe.staging_version, recipe.version
+            )));
+        }
         Ok(recipe)
     }
 
     /// The recipe as checked in.
-    pub fn pinned() -> anyhow::Result<Recipe> {
+    pub fn pinned() -> Result<Recipe, ImageError> {
         Recipe::parse(FILES.env)
     }
 }
@@ -118,7 +118,7 @@ pub struct KubernetesArtifact {
 }
 
 impl KubernetesArtifact {
-    fn at(dir: &Path, recipe: &Recipe) -> anyhow::Result<KubernetesArtifact> {
+    fn at(dir: &Path, recipe: &Recipe) -> Result<KubernetesArtifact, ImageError> {
         let artifact = KubernetesArtifact {
             version: recipe.version.clone(),
             etcd_version: recipe.etcd_version.clone(),
@@ -138,13 +138,13 @@ impl KubernetesArtifact {
                 expected.push(path);
             }
         }
-        if let Some(missing) = expected.iter().find(|p| !p.is_file()) {
-            anyhow::bail!(
-                "the cached Kubernetes entry {} is incomplete: {} is missing; delete the entry \
-                 and run `harness images build` (or `harness images kubernetes`)",
-                dir.display(),
-                missing.display()
-            );
+        if let Some(missing) = expected.into_iter().find(|p| !p.is_file()) {
+            return Err(ImageError::Incomplete {
+                what: "Kubernetes",
+                dir: dir.to_path_buf(),
+                missing,
+                rebuild: "`harness images build` (or `harness images kubernetes`)",
+            });
         }
         Ok(artifact)
     }
@@ -166,21 +166,21 @@ impl KubernetesArtifact {
 }
 
 /// Builds the binaries unless they are cached; returns them.
-pub fn build(cache: &Cache) -> anyhow::Result<KubernetesArtifact> {
+pub fn build(cache: &Cache) -> Result<KubernetesArtifact, ImageError> {
     let recipe = Recipe::pinned()?;
-    let dir = cache.get_or_build(KIND, &key(), |out, log| build_into(&recipe, out, log))?;
+    let dir = cache.get_or_build(KIND, &key(), |out, log| Ok(build_into(&recipe, out, log)?))?;
     KubernetesArtifact::at(&dir, &recipe)
 }
 
 /// The cached binaries; fails at once, naming the command that builds them, when missing.
-pub fn require(cache: &Cache) -> anyhow::Result<KubernetesArtifact> {
+pub fn require(cache: &Cache) -> Result<KubernetesArtifact, ImageError> {
     let recipe = Recipe::pinned()?;
     let what = format!("Kubernetes v{} binaries", recipe.version);
     let dir = require_built(cache, KIND, &key(), &what, "kubernetes")?;
     KubernetesArtifact::at(&dir, &recipe)
 }
 
-fn build_into(recipe: &Recipe, out: &Path, log: &Path) -> anyhow::Result<()> {
+fn build_into(recipe: &Recipe, out: &Path, log: &Path) -> Result<(), ImageError> {
     let step = Step::start(format!(
         "building Kubernetes v{} and etcd v{} (go build, {}; a cold build takes long)",
         recipe.version, recipe.etcd_version, recipe.go_toolchain
@@ -195,59 +195,71 @@ fn build_into(recipe: &Recipe, out: &Path, log: &Path) -> anyhow::Result<()> {
 }
 
 /// Each binary reports the pinned version.
-fn check_versions(recipe: &Recipe, bin_dir: &Path) -> anyhow::Result<()> {
+fn check_versions(recipe: &Recipe, bin_dir: &Path) -> Result<(), ImageError> {
     let want = format!("Kubernetes v{}", recipe.version);
     for name in KUBERNETES_BINARIES.iter().filter(|n| **n != "kubectl") {
         let out = agent::exec::run_stdout(Command::new(bin_dir.join(name)).arg("--version"))?;
-        anyhow::ensure!(
-            out.trim() == want,
-            "{name} --version printed {out:?}, expected {want:?}"
-        );
+        if out.trim() != want {
+            return Err(ImageError::UnexpectedOutput {
+                command: format!("{name} --version"),
+                printed: out,
+                expected: format!("{want:?}"),
+            });
+        }
     }
     let out = agent::exec::run_stdout(
         Command::new(bin_dir.join("kubectl")).args(["version", "--client", "-o", "json"]),
     )?;
-    let json: serde_json::Value =
-        serde_json::from_str(&out).with_context(|| format!("kubectl version -o json printed {out:?}"))?;
+    let json: serde_json::Value = serde_json::from_str(&out).map_err(|source| ImageError::Json {
+        what: format!("kubectl version -o json printed {out:?}"),
+        source,
+    })?;
     let git_version = json["clientVersion"]["gitVersion"].as_str();
-    anyhow::ensure!(
-        git_version == Some(&format!("v{}", recipe.version)),
-        "kubectl version --client reports {git_version:?}, expected v{}",
-        recipe.version
-    );
+    let expected = format!("v{}", recipe.version);
+    if git_version != Some(&expected) {
+        return Err(ImageError::UnexpectedOutput {
+            command: "kubectl version --client".into(),
+            printed: git_version.unwrap_or_default().into(),
+            expected,
+        });
+    }
     let out = agent::exec::run_stdout(Command::new(bin_dir.join("etcd")).arg("--version"))?;
     let want = format!("etcd Version: {}", recipe.etcd_version);
-    anyhow::ensure!(
-        out.lines().next() == Some(&want),
-        "etcd --version printed {out:?}, expected {want:?} first"
-    );
+    if out.lines().next() != Some(&want) {
+        return Err(ImageError::UnexpectedOutput {
+            command: "etcd --version".into(),
+            printed: out,
+            expected: format!("{want:?} first"),
+        });
+    }
     Ok(())
 }
 
 /// Lays out the node binaries in the upstream and the offline bundle layouts.
-fn pack(recipe: &Recipe, out: &Path) -> anyhow::Result<()> {
+fn pack(recipe: &Recipe, out: &Path) -> Result<(), ImageError> {
     let version = &recipe.version;
     for spec in NODE_BINARIES {
         let built = out.join("bin").join(spec.name);
         let offline = out.join("offline").join(spec.bundle_path(version, ARCH));
         let release = out.join("release").join(spec.upstream_path(version, ARCH));
         for path in [&offline, &release] {
-            fs::create_dir_all(path.parent().context("no parent")?)?;
-            fs::hard_link(&built, path)?;
+            let parent = path.parent().expect("a path under out has a parent");
+            fs::create_dir_all(parent).map_err(io_err("creating", parent))?;
+            fs::hard_link(&built, path).map_err(transfer_err("linking", &built, path))?;
         }
         // `<hex>  <name>` in the bundle (as the CoreDNS bundle), the bare hex like dl.k8s.io.
-        let hex = agent::artifact::checksum::sha256_file(&built)
-            .with_context(|| format!("hashing {}", built.display()))?;
+        let hex = sha256_file(&built)?;
         write_sidecar_with(&offline, &hex)?;
-        fs::write(sidecar_of(&release), format!("{hex}\n"))?;
+        let bare = sidecar_of(&release);
+        fs::write(&bare, format!("{hex}\n")).map_err(io_err("writing", &bare))?;
     }
-    fs::write(
-        out.join("offline/manifest.json"),
-        serde_json::to_string_pretty(&serde_json::json!({ "versions": { "kubernetes": version } }))? + "\n",
+    write_json(
+        &out.join("offline/manifest.json"),
+        &serde_json::json!({ "versions": { "kubernetes": version } }),
     )?;
-    fs::write(
-        out.join("build.json"),
-        serde_json::to_string_pretty(&serde_json::json!({
+    write_json(
+        &out.join("build.json"),
+        &serde_json::json!({
             "module": "k8s.io/kubernetes",
             "version": version,
             "staging_version": recipe.staging_version,
@@ -255,9 +267,8 @@ fn pack(recipe: &Recipe, out: &Path) -> anyhow::Result<()> {
             "etcd_version": recipe.etcd_version,
             "go_toolchain": recipe.go_toolchain,
             "key": key().hex(),
-        }))? + "\n",
-    )?;
-    Ok(())
+        }),
+    )
 }
 
 #[cfg(test)]

@@ -10,8 +10,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use anyhow::Context;
-
+use super::error::{BadPackageName, ImageError, io_err};
 use crate::cache::RecipeKey;
 use crate::progress::{Step, run_logged};
 
@@ -45,17 +44,18 @@ impl Recipe {
 
     /// The cache key: every file of the recipe (path, executable bit,
     /// contents), its version, the suite, the mirror and the epoch.
-    pub fn key(&self) -> anyhow::Result<RecipeKey> {
+    pub fn key(&self) -> Result<RecipeKey, ImageError> {
         let mut key = RecipeKey::new(self.name)
             .with("version", self.version)
             .with("suite", SUITE)
             .with("mirror", MIRROR)
             .with("source-date-epoch", SOURCE_DATE_EPOCH);
         let mut files = Vec::new();
-        collect_files(&self.dir, &mut files)
-            .with_context(|| format!("reading the recipe {}", self.dir.display()))?;
+        collect_files(&self.dir, &mut files).map_err(io_err("reading the recipe", &self.dir))?;
         if files.is_empty() {
-            anyhow::bail!("recipe directory {} is missing or empty", self.dir.display());
+            return Err(ImageError::EmptyRecipe {
+                dir: self.dir.clone(),
+            });
         }
         files.sort();
         for file in files {
@@ -64,7 +64,7 @@ impl Recipe {
                 .unwrap_or(&file)
                 .to_string_lossy()
                 .into_owned();
-            let bytes = fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
+            let bytes = fs::read(&file).map_err(io_err("reading", &file))?;
             let mode = file_mode(&file)?;
             key = key.with(&format!("file {rel} mode {mode:o}"), bytes);
         }
@@ -72,12 +72,15 @@ impl Recipe {
     }
 
     /// The package names of the recipe's `packages` list.
-    pub fn packages(&self) -> anyhow::Result<Vec<String>> {
+    pub fn packages(&self) -> Result<Vec<String>, ImageError> {
         let path = self.dir.join("packages");
-        let text = fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-        let packages = parse_packages(&text).with_context(|| format!("in {}", path.display()))?;
+        let text = fs::read_to_string(&path).map_err(io_err("reading", &path))?;
+        let packages = parse_packages(&text).map_err(|source| ImageError::Packages {
+            path: path.clone(),
+            source,
+        })?;
         if packages.is_empty() {
-            anyhow::bail!("{} lists no packages", path.display());
+            return Err(ImageError::NoPackages { path });
         }
         Ok(packages)
     }
@@ -92,10 +95,10 @@ impl Recipe {
         extra: &[&str],
         log: &Path,
         step: &Step,
-    ) -> anyhow::Result<()> {
+    ) -> Result<(), ImageError> {
         let hook = self.dir.join("customize.sh");
         if !hook.is_file() {
-            anyhow::bail!("recipe hook {} is missing", hook.display());
+            return Err(ImageError::NoHook { path: hook });
         }
         let mut cmd = Command::new("mmdebstrap");
         cmd.env("SOURCE_DATE_EPOCH", SOURCE_DATE_EPOCH)
@@ -117,7 +120,7 @@ impl Recipe {
             .arg(SUITE)
             .arg(target)
             .arg(MIRROR);
-        run_logged(&mut cmd, log, step)
+        Ok(run_logged(&mut cmd, log, step)?)
     }
 }
 
@@ -130,7 +133,7 @@ pub fn images_dir() -> PathBuf {
 }
 
 /// The names of a `packages` list: one a line, `#` starts a comment.
-pub fn parse_packages(text: &str) -> anyhow::Result<Vec<String>> {
+pub fn parse_packages(text: &str) -> Result<Vec<String>, BadPackageName> {
     let mut names = Vec::new();
     for (n, line) in text.lines().enumerate() {
         let line = line.split('#').next().unwrap_or("").trim();
@@ -141,7 +144,10 @@ pub fn parse_packages(text: &str) -> anyhow::Result<Vec<String>> {
             .chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "+-.".contains(c));
         if !valid {
-            anyhow::bail!("line {}: {line:?} is not a Debian package name", n + 1);
+            return Err(BadPackageName {
+                line: n + 1,
+                name: line.to_string(),
+            });
         }
         names.push(line.to_string());
     }
@@ -171,9 +177,9 @@ fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
 
 /// The mode as git records it (`755` when any execute bit is set, else `644`), so the
 /// key does not change with the umask of whoever cloned the repository.
-fn file_mode(path: &Path) -> anyhow::Result<u32> {
+fn file_mode(path: &Path) -> Result<u32, ImageError> {
     use std::os::unix::fs::PermissionsExt;
-    let meta = fs::symlink_metadata(path).with_context(|| format!("reading {}", path.display()))?;
+    let meta = fs::symlink_metadata(path).map_err(io_err("reading", path))?;
     Ok(if meta.permissions().mode() & 0o111 != 0 {
         0o755
     } else {

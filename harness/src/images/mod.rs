@@ -5,10 +5,12 @@
 //! `kubernetes`: the control plane and node binaries and etcd;
 //! `oci`: the pause and test container images as OCI archives (`oci_layout` writes them).
 //! Shared by them: `recipe` (the `recipe.env` + `build.sh` pair of the built-from-source ones),
-//! `entry` (a built entry's files: finding it, its JSON, `.sha256` sidecars), `mmdebstrap`, `go`.
+//! `entry` (a built entry's files: finding it, its JSON, `.sha256` sidecars), `mmdebstrap`, `go`,
+//! and `error` ([`ImageError`], what all of them fail with).
 
 pub mod coredns;
 pub mod entry;
+pub mod error;
 pub mod go;
 pub mod host;
 pub mod kubernetes;
@@ -18,3 +20,5 @@ pub mod oci_layout;
 pub mod prune;
 pub mod recipe;
 pub mod rootfs;
+
+pub use error::ImageError;

@@ -13,9 +13,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use anyhow::Context;
-
-use super::entry::{read_json, require_built, write_sidecar_with};
+use super::entry::{read_json, require_built, write_json, write_sidecar_with};
+use super::error::{ImageError, io_err};
 use super::oci_layout::{ImageSpec, LayerEntry, WrittenImage, write_archive};
 use super::recipe::RecipeFiles;
 use crate::cache::{Cache, RecipeKey};
@@ -63,7 +62,7 @@ pub struct Recipe {
 
 impl Recipe {
     /// Parses `KEY=VALUE` lines (comments and blanks ignored).
-    pub fn parse(text: &str) -> anyhow::Result<Recipe> {
+    pub fn parse(text: &str) -> Result<Recipe, ImageError> {
         let env = FILES.env_of(text);
         Ok(Recipe {
             pause_version: env.value("PAUSE_VERSION")?,
@@ -75,7 +74,7 @@ impl Recipe {
     }
 
     /// The recipe as checked in.
-    pub fn pinned() -> anyhow::Result<Recipe> {
+    pub fn pinned() -> Result<Recipe, ImageError> {
         Recipe::parse(FILES.env)
     }
 
@@ -89,12 +88,10 @@ impl Recipe {
 }
 
 /// The cache key: the recipe files, the refs, the packing revision and the host's busybox binary.
-pub fn key() -> anyhow::Result<RecipeKey> {
-    let busybox = fs::read(HOST_BUSYBOX).with_context(|| {
-        format!(
-            "reading {HOST_BUSYBOX}: the test image needs Debian's busybox-static \
-             (scripts/setup.sh installs it: apt-get install busybox-static)"
-        )
+pub fn key() -> Result<RecipeKey, ImageError> {
+    let busybox = fs::read(HOST_BUSYBOX).map_err(|source| ImageError::NoBusybox {
+        path: HOST_BUSYBOX,
+        source,
     })?;
     Ok(FILES
         .key(KIND, PACK_REVISION)
@@ -141,7 +138,7 @@ pub struct OciImages {
 
 impl OciImages {
     /// Reads a built entry's `manifest.json`, checking every archive it names is there.
-    pub fn load(dir: &Path) -> anyhow::Result<OciImages> {
+    pub fn load(dir: &Path) -> Result<OciImages, ImageError> {
         let manifest: ImagesManifest = read_json(&dir.join("manifest.json"))?;
         let images = OciImages {
             dir: dir.to_path_buf(),
@@ -150,29 +147,28 @@ impl OciImages {
         for reference in [PAUSE_REF, TEST_IMAGE_REF] {
             let image = images.image(reference)?;
             for file in [images.path_of(image), images.sidecar_of(image)] {
-                anyhow::ensure!(
-                    file.is_file(),
-                    "the cached OCI images entry {} is incomplete: {} is missing; delete the entry \
-                     and run `harness images build`",
-                    dir.display(),
-                    file.display()
-                );
+                if !file.is_file() {
+                    return Err(ImageError::Incomplete {
+                        what: "OCI images",
+                        dir: dir.to_path_buf(),
+                        missing: file,
+                        rebuild: "`harness images build`",
+                    });
+                }
             }
         }
         Ok(images)
     }
 
     /// The image with this ref.
-    pub fn image(&self, reference: &str) -> anyhow::Result<&ManifestImage> {
+    pub fn image(&self, reference: &str) -> Result<&ManifestImage, ImageError> {
         self.manifest
             .images
             .iter()
             .find(|i| i.reference == reference)
-            .with_context(|| {
-                format!(
-                    "{} lists no image {reference}",
-                    self.dir.join("manifest.json").display()
-                )
+            .ok_or_else(|| ImageError::NoImage {
+                manifest: self.dir.join("manifest.json"),
+                reference: reference.to_string(),
             })
     }
 
@@ -198,27 +194,28 @@ impl OciImages {
 }
 
 /// Builds the images unless they are cached; returns them.
-pub fn build(cache: &Cache) -> anyhow::Result<OciImages> {
+pub fn build(cache: &Cache) -> Result<OciImages, ImageError> {
     let recipe = Recipe::pinned()?;
     let key = key()?;
-    let dir = cache.get_or_build(KIND, &key, |out, log| build_into(&recipe, &key, out, log))?;
+    let dir = cache.get_or_build(KIND, &key, |out, log| Ok(build_into(&recipe, &key, out, log)?))?;
     OciImages::load(&dir)
 }
 
 /// The cached images; fails at once, naming `harness images build`, when they are missing.
-pub fn require(cache: &Cache) -> anyhow::Result<OciImages> {
+pub fn require(cache: &Cache) -> Result<OciImages, ImageError> {
     let what = format!("OCI images {PAUSE_REF} and {TEST_IMAGE_REF}");
     OciImages::load(&require_built(cache, KIND, &key()?, &what, "oci")?)
 }
 
 /// Builds into `out` (a fresh directory): the programs, then the archives and the manifest.
-pub fn build_into(recipe: &Recipe, key: &RecipeKey, out: &Path, log: &Path) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        recipe.refs() == [PAUSE_REF, TEST_IMAGE_REF],
-        "images/oci/recipe.env gives refs {:?}, but harness/src/images/oci.rs pins {PAUSE_REF} and \
-         {TEST_IMAGE_REF}: change both together",
-        recipe.refs()
-    );
+pub fn build_into(recipe: &Recipe, key: &RecipeKey, out: &Path, log: &Path) -> Result<(), ImageError> {
+    let pinned = [PAUSE_REF, TEST_IMAGE_REF];
+    if recipe.refs() != pinned {
+        return Err(ImageError::RefsDiffer {
+            refs: recipe.refs(),
+            pinned,
+        });
+    }
     let step = Step::start(format!(
         "OCI images: pause {} (gcc -static) and busybox {}",
         recipe.pause_version, recipe.busybox_version
@@ -231,34 +228,41 @@ pub fn build_into(recipe: &Recipe, key: &RecipeKey, out: &Path, log: &Path) -> a
         "pause.c v{}-k8s-v{}",
         recipe.pause_version, recipe.pause_module_version
     );
-    anyhow::ensure!(
-        pause_version.trim() == want,
-        "pause -v printed {pause_version:?}, expected {want:?}"
-    );
+    if pause_version.trim() != want {
+        return Err(ImageError::UnexpectedOutput {
+            command: "pause -v".into(),
+            printed: pause_version,
+            expected: format!("{want:?}"),
+        });
+    }
     let busybox_help = agent::exec::run_stdout(Command::new(bin.join("busybox")).arg("--help"))?;
     let want = format!("BusyBox v{} ", recipe.busybox_version);
-    anyhow::ensure!(
-        busybox_help.starts_with(&want),
-        "{HOST_BUSYBOX} is not BusyBox v{} (it prints {:?}); update BUSYBOX_VERSION in \
-         images/oci/recipe.env and TEST_IMAGE_REF together",
-        recipe.busybox_version,
-        busybox_help.lines().next().unwrap_or_default()
-    );
+    if !busybox_help.starts_with(&want) {
+        return Err(ImageError::WrongBusybox {
+            path: HOST_BUSYBOX,
+            version: recipe.busybox_version.clone(),
+            printed: busybox_help.lines().next().unwrap_or_default().to_string(),
+        });
+    }
     let applets = agent::exec::run_stdout(Command::new(bin.join("busybox")).arg("--list"))?;
     if let Some(missing) = BUSYBOX_APPLETS
         .iter()
         .find(|a| !applets.lines().any(|l| l == **a))
     {
-        anyhow::bail!("{HOST_BUSYBOX} has no applet {missing}");
+        return Err(ImageError::NoApplet {
+            busybox: HOST_BUSYBOX,
+            applet: missing,
+        });
     }
 
     let images_dir = out.join(format!("container-images/{ARCH}"));
-    fs::create_dir_all(&images_dir)?;
+    fs::create_dir_all(&images_dir).map_err(io_err("creating", &images_dir))?;
+    let read = |path: PathBuf| fs::read(&path).map_err(io_err("reading", &path));
     let mut images = Vec::new();
     for (name, spec, source) in [
         (
             "pause",
-            pause_spec(recipe, fs::read(bin.join("pause"))?),
+            pause_spec(recipe, read(bin.join("pause"))?),
             format!(
                 "/pause: build/pause/linux/pause.c of k8s.io/kubernetes@v{} (gcc -Os -static)",
                 recipe.pause_module_version
@@ -266,7 +270,7 @@ pub fn build_into(recipe: &Recipe, key: &RecipeKey, out: &Path, log: &Path) -> a
         ),
         (
             "busybox",
-            busybox_spec(recipe, fs::read(bin.join("busybox"))?),
+            busybox_spec(recipe, read(bin.join("busybox"))?),
             format!("/bin/busybox: {}", first_line(&busybox_help)),
         ),
     ] {
@@ -280,10 +284,7 @@ pub fn build_into(recipe: &Recipe, key: &RecipeKey, out: &Path, log: &Path) -> a
         key: key.hex(),
         images,
     };
-    fs::write(
-        out.join("manifest.json"),
-        serde_json::to_string_pretty(&manifest)? + "\n",
-    )?;
+    write_json(&out.join("manifest.json"), &manifest)?;
     step.finish();
     Ok(())
 }

@@ -10,7 +10,6 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::Context;
 use oci_spec::image::{
     ANNOTATION_REF_NAME, Arch, ConfigBuilder, Descriptor, DescriptorBuilder, Digest,
     ImageConfigurationBuilder, ImageIndexBuilder, ImageManifestBuilder, MediaType, OciLayoutBuilder, Os,
@@ -18,6 +17,8 @@ use oci_spec::image::{
 };
 use serde::Serialize;
 use sha2::{Digest as _, Sha256};
+
+use super::error::{ImageError, io_err};
 
 /// The annotation containerd takes an imported image's name from.
 pub const ANNOTATION_CONTAINERD_NAME: &str = "io.containerd.image.name";
@@ -100,10 +101,11 @@ pub fn tag_of(reference: &str) -> Option<&str> {
 }
 
 /// Writes the image's OCI layout archive to `path`.
-pub fn write_archive(spec: &ImageSpec, path: &Path) -> anyhow::Result<WrittenImage> {
-    let tag = tag_of(&spec.reference)
-        .with_context(|| format!("image ref {:?} has no tag (expected name:tag)", spec.reference))?;
-    let layer = layer_tar(&spec.entries, spec.mtime).context("building the layer")?;
+pub fn write_archive(spec: &ImageSpec, path: &Path) -> Result<WrittenImage, ImageError> {
+    let tag = tag_of(&spec.reference).ok_or_else(|| ImageError::NoTag {
+        reference: spec.reference.clone(),
+    })?;
+    let layer = layer_tar(&spec.entries, spec.mtime).map_err(|e| ImageError::Layer(Box::new(e)))?;
     let (layer_digest, layer_hex) = digest(&layer)?;
 
     let mut config = ConfigBuilder::default();
@@ -213,9 +215,12 @@ pub fn write_archive(spec: &ImageSpec, path: &Path) -> anyhow::Result<WrittenIma
             spec.mtime,
         )?;
     }
-    let archive = outer.into_inner()?;
+    let archive = outer.into_inner().map_err(|source| ImageError::Tar {
+        what: "ending the archive".into(),
+        source,
+    })?;
     let sha256 = hex::encode(Sha256::digest(&archive));
-    std::fs::write(path, &archive).with_context(|| format!("writing {}", path.display()))?;
+    std::fs::write(path, &archive).map_err(io_err("writing", path))?;
     Ok(WrittenImage {
         reference: spec.reference.clone(),
         path: path.to_path_buf(),
@@ -234,29 +239,38 @@ impl Member {
 }
 
 /// The layer: an uncompressed tar of `entries`, in the order given.
-pub fn layer_tar(entries: &[LayerEntry], mtime: u64) -> anyhow::Result<Vec<u8>> {
+pub fn layer_tar(entries: &[LayerEntry], mtime: u64) -> Result<Vec<u8>, ImageError> {
     let mut tar = tar::Builder::new(Vec::new());
     for entry in entries {
-        anyhow::ensure!(
-            !entry.path.starts_with('/') && !entry.path.split('/').any(|p| p == ".."),
-            "layer path {:?} must be relative and without `..`",
-            entry.path
-        );
+        if entry.path.starts_with('/') || entry.path.split('/').any(|p| p == "..") {
+            return Err(ImageError::LayerPath {
+                path: entry.path.clone(),
+            });
+        }
         let path = match entry.member {
             Member::Dir { .. } if !entry.path.ends_with('/') => format!("{}/", entry.path),
             _ => entry.path.clone(),
         };
         append(&mut tar, &path, &entry.member, mtime)?;
     }
-    Ok(tar.into_inner()?)
+    tar.into_inner().map_err(|source| ImageError::Tar {
+        what: "ending the layer".into(),
+        source,
+    })
 }
 
 /// One ustar member owned by 0:0 with `mtime`.
-fn append(tar: &mut tar::Builder<Vec<u8>>, path: &str, member: &Member, mtime: u64) -> anyhow::Result<()> {
+fn append(
+    tar: &mut tar::Builder<Vec<u8>>,
+    path: &str,
+    member: &Member,
+    mtime: u64,
+) -> Result<(), ImageError> {
+    let tar_err = |what: String| move |source| ImageError::Tar { what, source };
     let mut header = tar::Header::new_ustar();
     header
         .set_path(path)
-        .with_context(|| format!("tar member {path:?}"))?;
+        .map_err(tar_err(format!("tar member {path:?}")))?;
     header.set_uid(0);
     header.set_gid(0);
     header.set_mtime(mtime);
@@ -276,17 +290,17 @@ fn append(tar: &mut tar::Builder<Vec<u8>>, path: &str, member: &Member, mtime: u
             header.set_mode(0o777);
             header
                 .set_link_name(target)
-                .with_context(|| format!("tar member {path:?} -> {target:?}"))?;
+                .map_err(tar_err(format!("tar member {path:?} -> {target:?}")))?;
             &[]
         }
     };
     header.set_size(data.len() as u64);
     header.set_cksum();
-    tar.append(&header, data)?;
-    Ok(())
+    tar.append(&header, data)
+        .map_err(tar_err(format!("tar member {path:?}")))
 }
 
-fn descriptor(media_type: MediaType, data: &[u8], digest: Digest) -> anyhow::Result<Descriptor> {
+fn descriptor(media_type: MediaType, data: &[u8], digest: Digest) -> Result<Descriptor, ImageError> {
     Ok(DescriptorBuilder::default()
         .media_type(media_type)
         .digest(digest)
@@ -295,14 +309,14 @@ fn descriptor(media_type: MediaType, data: &[u8], digest: Digest) -> anyhow::Res
 }
 
 /// The sha256 of `data` as an OCI digest (`sha256:<hex>`) and as bare hex.
-fn digest(data: &[u8]) -> anyhow::Result<(Digest, String)> {
+fn digest(data: &[u8]) -> Result<(Digest, String), ImageError> {
     let hex = hex::encode(Sha256::digest(data));
     let digest: Sha256Digest = hex.parse()?;
     Ok((digest.into(), hex))
 }
 
 /// Compact JSON with every object's keys sorted (`oci-spec` keeps annotations in a `HashMap`).
-pub fn canonical_json(value: &impl Serialize) -> anyhow::Result<Vec<u8>> {
+pub fn canonical_json(value: &impl Serialize) -> Result<Vec<u8>, ImageError> {
     fn sort(value: serde_json::Value) -> serde_json::Value {
         match value {
             serde_json::Value::Object(map) => {
@@ -316,7 +330,11 @@ pub fn canonical_json(value: &impl Serialize) -> anyhow::Result<Vec<u8>> {
             other => other,
         }
     }
-    Ok(serde_json::to_vec(&sort(serde_json::to_value(value)?))?)
+    let json = |source| ImageError::Json {
+        what: "writing an OCI document as JSON".into(),
+        source,
+    };
+    serde_json::to_vec(&sort(serde_json::to_value(value).map_err(json)?)).map_err(json)
 }
 
 #[cfg(test)]

@@ -6,8 +6,7 @@ use std::path::Path;
 use std::process::Command;
 use std::str::FromStr;
 
-use anyhow::Context;
-
+use super::error::{ImageError, io_err};
 use crate::cache::RecipeKey;
 use crate::progress::{Step, run_logged};
 
@@ -46,12 +45,18 @@ impl RecipeFiles {
 
     /// Writes both files to `<out>/recipe/` (kept in the entry) and runs
     /// `sh <out>/recipe/build.sh <dest>` with `GO` set, its output going to `log` under `step`.
-    pub fn run_build_script(&self, out: &Path, dest: &Path, log: &Path, step: &Step) -> anyhow::Result<()> {
+    pub fn run_build_script(
+        &self,
+        out: &Path,
+        dest: &Path,
+        log: &Path,
+        step: &Step,
+    ) -> Result<(), ImageError> {
         let recipe_dir = out.join("recipe");
-        fs::create_dir_all(&recipe_dir).with_context(|| format!("creating {}", recipe_dir.display()))?;
+        fs::create_dir_all(&recipe_dir).map_err(io_err("creating", &recipe_dir))?;
         for (name, text) in [("recipe.env", self.env), ("build.sh", self.script)] {
             let path = recipe_dir.join(name);
-            fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+            fs::write(&path, text).map_err(io_err("writing", &path))?;
         }
         let mut command = if self.lowest_priority {
             let mut nice = Command::new("nice");
@@ -64,7 +69,7 @@ impl RecipeFiles {
             .arg(recipe_dir.join("build.sh"))
             .arg(dest)
             .env("GO", super::go::go_binary()?);
-        run_logged(&mut command, log, step)
+        Ok(run_logged(&mut command, log, step)?)
     }
 }
 
@@ -77,7 +82,7 @@ pub struct RecipeEnv<'a> {
 
 impl RecipeEnv<'_> {
     /// The non-empty value of `key`; an error naming the file and the key when it is missing.
-    pub fn value(&self, key: &str) -> anyhow::Result<String> {
+    pub fn value(&self, key: &str) -> Result<String, ImageError> {
         self.text
             .lines()
             .map(str::trim)
@@ -85,39 +90,46 @@ impl RecipeEnv<'_> {
             .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
             .map(|v| v.trim().to_string())
             .filter(|v| !v.is_empty())
-            .with_context(|| format!("{}/recipe.env has no {key}=", self.dir))
+            .ok_or_else(|| ImageError::NoValue {
+                dir: self.dir,
+                key: key.to_string(),
+            })
     }
 
     /// The value of `key` as a number (`SOURCE_DATE_EPOCH`).
-    pub fn number<T: FromStr>(&self, key: &str) -> anyhow::Result<T> {
+    pub fn number<T: FromStr>(&self, key: &str) -> Result<T, ImageError> {
         let value = self.value(key)?;
         value
             .parse()
-            .ok()
-            .with_context(|| format!("{}/recipe.env: {key}={value} is not a number", self.dir))
+            .map_err(|_| self.bad(format!("{key}={value} is not a number")))
     }
 
     /// The value of `key` as a version without `v`, as many numbers as `like` has (`1.35.4`).
-    pub fn version(&self, key: &str, like: &str) -> anyhow::Result<String> {
+    pub fn version(&self, key: &str, like: &str) -> Result<String, ImageError> {
         let value = self.value(key)?;
-        anyhow::ensure!(
-            value.split('.').count() == like.split('.').count()
-                && value.split('.').all(|p| p.parse::<u32>().is_ok()),
-            "{}/recipe.env: {key}={value} is not like {like}",
-            self.dir
-        );
+        if value.split('.').count() != like.split('.').count()
+            || !value.split('.').all(|p| p.parse::<u32>().is_ok())
+        {
+            return Err(self.bad(format!("{key}={value} is not like {like}")));
+        }
         Ok(value)
     }
 
     /// The value of `key` as a SHA-256 hex digest.
-    pub fn sha256(&self, key: &str) -> anyhow::Result<String> {
+    pub fn sha256(&self, key: &str) -> Result<String, ImageError> {
         let value = self.value(key)?;
-        anyhow::ensure!(
-            agent::artifact::checksum::is_sha256_hex(&value),
-            "{}/recipe.env: {key} is not a sha256 hex digest",
-            self.dir
-        );
+        if !agent::artifact::checksum::is_sha256_hex(&value) {
+            return Err(self.bad(format!("{key} is not a sha256 hex digest")));
+        }
         Ok(value)
+    }
+
+    /// An error naming this `recipe.env` and what is wrong in it.
+    pub fn bad(&self, problem: String) -> ImageError {
+        ImageError::BadValue {
+            dir: self.dir,
+            problem,
+        }
     }
 }
 

@@ -6,13 +6,12 @@
 //! `/dev`), `rootfs.tar.gz.sha256` (`<hex>  rootfs.tar.gz`), `packages.txt`
 //! (`dpkg -l`) and `image.json`.
 
-use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use anyhow::Context;
-
-use super::entry::{read_json, require_built, sidecar_of, write_sidecar_with};
+pub use super::entry::sha256_file;
+use super::entry::{read_json, require_built, sidecar_of, write_json, write_sidecar_with};
+use super::error::ImageError;
 use super::mmdebstrap::{self, MANIFEST, Recipe};
 use crate::cache::{Cache, RecipeKey};
 use crate::progress::{Step, run_logged};
@@ -57,20 +56,20 @@ fn recipe() -> Recipe {
 }
 
 /// The cache key of the rootfs as the recipe stands now.
-pub fn key() -> anyhow::Result<RecipeKey> {
+pub fn key() -> Result<RecipeKey, ImageError> {
     recipe().key()
 }
 
 /// Builds the rootfs tarball unless it is cached; returns it.
-pub fn build(cache: &Cache) -> anyhow::Result<Rootfs> {
+pub fn build(cache: &Cache) -> Result<Rootfs, ImageError> {
     let recipe = recipe();
     let key = recipe.key()?;
-    let dir = cache.get_or_build(KIND, &key, |out, log| build_into(&recipe, out, log))?;
+    let dir = cache.get_or_build(KIND, &key, |out, log| Ok(build_into(&recipe, out, log)?))?;
     load(&dir)
 }
 
 /// The cached rootfs; fails at once, naming `harness images build`, when it is missing.
-pub fn require(cache: &Cache) -> anyhow::Result<Rootfs> {
+pub fn require(cache: &Cache) -> Result<Rootfs, ImageError> {
     load(&require_built(
         cache,
         KIND,
@@ -81,7 +80,7 @@ pub fn require(cache: &Cache) -> anyhow::Result<Rootfs> {
 }
 
 /// Reads a built entry's `image.json`.
-pub fn load(dir: &Path) -> anyhow::Result<Rootfs> {
+pub fn load(dir: &Path) -> Result<Rootfs, ImageError> {
     let json: ImageJson = read_json(&dir.join("image.json"))?;
     let tarball = dir.join(&json.tarball);
     Ok(Rootfs {
@@ -94,7 +93,7 @@ pub fn load(dir: &Path) -> anyhow::Result<Rootfs> {
     })
 }
 
-fn build_into(recipe: &Recipe, out: &Path, log: &Path) -> anyhow::Result<()> {
+fn build_into(recipe: &Recipe, out: &Path, log: &Path) -> Result<(), ImageError> {
     let key = recipe.key()?.hex();
     let tar = out.join("rootfs.tar");
     let step = Step::start(format!("machine rootfs: mmdebstrap {}", mmdebstrap::SUITE));
@@ -119,20 +118,13 @@ fn build_into(recipe: &Recipe, out: &Path, log: &Path) -> anyhow::Result<()> {
         sha256,
         packages: MANIFEST.to_string(),
     };
-    fs::write(
-        out.join("image.json"),
-        serde_json::to_string_pretty(&json)? + "\n",
-    )?;
-    Ok(())
-}
-
-/// The sha256 of a file's contents, in hex.
-pub fn sha256_file(path: &Path) -> anyhow::Result<String> {
-    agent::artifact::checksum::sha256_file(path).with_context(|| format!("hashing {}", path.display()))
+    write_json(&out.join("image.json"), &json)
 }
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
+
     use super::*;
 
     #[test]

@@ -18,6 +18,7 @@ use super::addr::LabAddrs;
 use super::error::LabError;
 use crate::cache::Cache;
 use crate::controlplane::{ControlPlane, ControlPlaneError, ControlPlaneSpec, ProcessControlPlane};
+use crate::error_chain::Chain;
 use crate::images::{coredns, kubernetes};
 
 /// The images a control plane runs from, found before the lab is made.
@@ -27,16 +28,17 @@ pub struct ClusterImages {
     coredns: PathBuf,
 }
 
-fn missing(err: anyhow::Error) -> LabError {
+fn missing(err: impl std::error::Error + 'static) -> LabError {
     LabError::ControlPlane(Box::new(ControlPlaneError::MissingImage(format!(
-        "the lab's control plane cannot start: {err:#}"
+        "the lab's control plane cannot start: {}",
+        Chain(&err)
     ))))
 }
 
 /// Finds the cached Kubernetes binaries and CoreDNS; fails at once naming
 /// `harness images build` when one is missing.
 pub fn images() -> Result<ClusterImages, LabError> {
-    let cache = Cache::open().map_err(|e| missing(e.into()))?;
+    let cache = Cache::open().map_err(missing)?;
     Ok(ClusterImages {
         kubernetes: kubernetes::require(&cache).map_err(missing)?,
         coredns: coredns::require(&cache).map_err(missing)?.binary,

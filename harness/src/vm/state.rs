@@ -30,7 +30,7 @@ use std::time::Duration;
 use super::accel::Accel;
 use super::qemu;
 use super::spec::{BootMode, Net, VmSpec};
-use crate::cache::{Cache, CacheError, RecipeKey};
+use crate::cache::{BuildError, Cache, CacheError, RecipeKey};
 
 /// The cache kind of saved states.
 pub const KIND: &str = "vm-state";
@@ -240,7 +240,7 @@ pub fn ensure_with(
     cache: &Cache,
     spec: &VmSpec,
     inputs: &StateInputs,
-    take: impl Fn(&Path, &Path) -> anyhow::Result<(Duration, Duration)>,
+    take: impl Fn(&Path, &Path) -> Result<(Duration, Duration), BuildError>,
 ) -> Result<SavedState, StateError> {
     let key = inputs.key();
     let mut last = None;

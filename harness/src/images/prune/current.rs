@@ -5,7 +5,8 @@ use std::fs;
 
 use crate::artifacts::BUNDLE_KIND;
 use crate::cache::{Cache, RecipeKey};
-use crate::images::{coredns, host, kubernetes, oci, rootfs};
+use crate::error_chain::Chain;
+use crate::images::{ImageError, coredns, host, kubernetes, oci, rootfs};
 use crate::vm::state::{self, StateInfo, StateInputs};
 use crate::vm::{Accel, BootImage, VmSpec};
 
@@ -22,7 +23,7 @@ impl CurrentKeys {
     /// e.g. more memory, which differ from it only in their QEMU arguments). None when the
     /// current host image is not built (every saved state is then of an older image).
     pub fn of_recipes(cache: &Cache) -> CurrentKeys {
-        let why = |e: anyhow::Error| format!("{e:#}");
+        let why = |e: ImageError| Chain(&e).to_string();
         let host = host::key().map_err(why);
         let rootfs = rootfs::key().map_err(why);
         let coredns = Ok(coredns::key());
@@ -87,7 +88,7 @@ fn current_states(cache: &Cache, host_key: &RecipeKey) -> Result<BTreeSet<String
     let Some(dir) = cache.lookup(host::KIND, host_key) else {
         return Ok(BTreeSet::new());
     };
-    let image = host::load(&dir).map_err(|e| format!("{e:#}"))?;
+    let image = host::load(&dir).map_err(|e| Chain(&e).to_string())?;
     let spec = VmSpec::new("images", "build", BootImage::from(&image));
     let accel = Accel::from_env().map_err(|e| e.to_string())?;
     let inputs = StateInputs::for_spec(&spec, accel).map_err(|e| e.to_string())?;

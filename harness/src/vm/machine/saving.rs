@@ -97,7 +97,7 @@ impl Vm {
         let key = inputs.key().hex();
         state::prune(cache);
         state::ensure_with(cache, spec, &inputs, |out, log| {
-            take_template_state(spec, accel, &key, out, log)
+            Ok(take_template_state(spec, accel, &key, out, log)?)
         })
     }
 }
@@ -109,14 +109,22 @@ fn take_template_state(
     key: &str,
     out: &Path,
     log: &Path,
-) -> anyhow::Result<(Duration, Duration)> {
+) -> Result<(Duration, Duration), VmError> {
     let step = Step::start(format!("saved VM state {key}: booting the image once ({accel})"));
-    let disk = out.join(DISK);
-    overlay::create(&spec.image.disk, &disk)?;
-    let share = out.join("share");
-    fs::create_dir_all(&share)?;
     let mut template = template_spec(spec, &format!("vmstate-{key}"));
     template.accel = Some(accel);
+    let name = template.name.clone();
+    let io_err = |what: String| {
+        let vm = name.clone();
+        move |source| VmError::Io { vm, what, source }
+    };
+    let disk = out.join(DISK);
+    overlay::create(&spec.image.disk, &disk).map_err(|source| VmError::Overlay {
+        vm: name.clone(),
+        source,
+    })?;
+    let share = out.join("share");
+    fs::create_dir_all(&share).map_err(io_err(format!("creating {}", share.display())))?;
     let started = Instant::now();
     let mut vm = Vm::boot_template(template, &disk, &share)?;
     let boot = started.elapsed();
@@ -130,22 +138,24 @@ fn take_template_state(
         .cmd("timeout 60 systemctl is-system-running --wait; umount /mnt/lab 2>/dev/null; sync; true")
         .timeout(vm.deadlines().boot)
         .run()?;
-    std::fs::write(log, settle.stdout_text())?;
+    std::fs::write(log, settle.stdout_text()).map_err(io_err(format!("writing {}", log.display())))?;
     step.message("saving (stop + migrate)");
     let stream = out.join(STREAM);
+    let quoted = state::shell_quote(&stream)
+        .map_err(|why| io_err(format!("saving into {}", out.display()))(std::io::Error::other(why)))?;
     let started = Instant::now();
-    vm.save(&format!(
-        "exec:zstd -q -1 -c > {}",
-        state::shell_quote(&stream).map_err(anyhow::Error::msg)?
-    ))?;
+    vm.save(&format!("exec:zstd -q -1 -c > {quoted}"))?;
     let save = started.elapsed();
     let _ = fs::copy(vm.run_dir().console(), out.join(CONSOLE));
     vm.shutdown()?;
-    fs::remove_dir(&share)?;
+    fs::remove_dir(&share).map_err(io_err(format!("removing {}", share.display())))?;
     for file in [&disk, &stream] {
-        fs::set_permissions(file, fs::Permissions::from_mode(0o444))?;
+        fs::set_permissions(file, fs::Permissions::from_mode(0o444))
+            .map_err(io_err(format!("making {} read-only", file.display())))?;
     }
-    let size = fs::metadata(&stream)?.len();
+    let size = fs::metadata(&stream)
+        .map_err(io_err(format!("reading {}", stream.display())))?
+        .len();
     step.message(&format!("saved {} MB in {:.1}s", size >> 20, save.as_secs_f64()));
     step.finish();
     Ok((boot, save))
