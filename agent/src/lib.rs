@@ -5,6 +5,7 @@ pub mod artifact;
 pub mod clap_help;
 pub mod config;
 pub mod corefile;
+pub mod daemon;
 pub mod exec;
 pub mod files;
 pub mod goal;

@@ -46,6 +46,8 @@ enum Command {
     Repave(cli::lifecycle::RepaveArgs),
     /// Remove everything of the agent's from this host; report what could not be removed.
     Reset(cli::lifecycle::ResetArgs),
+    /// Act on this host's Machine through the Machina API: run its MachineOperations.
+    Daemon(cli::daemon::Args),
 }
 
 fn main() -> ExitCode {
@@ -70,6 +72,7 @@ fn main() -> ExitCode {
         Command::Apply(args) => cli::lifecycle::apply(args),
         Command::Repave(args) => cli::lifecycle::repave(args),
         Command::Reset(args) => cli::lifecycle::reset(args),
+        Command::Daemon(args) => cli::daemon::run(args),
     };
     match result {
         Ok(code) => code,

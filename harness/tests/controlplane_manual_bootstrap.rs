@@ -5,6 +5,8 @@
 //! each and exit 1. Needs root and the cached Kubernetes and CoreDNS images
 //! (`harness images build`).
 
+mod controlplane_support;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -20,7 +22,6 @@ use harness::controlplane::ClusterAccess;
 use harness::lab::{Lab, LabSpec};
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::core::v1::{Secret, Service, ServicePort, ServiceSpec};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ObjectMeta, PostParams};
 
 /// `kubectl-unbounded`, built beside this test binary (`<target>/debug/deps/..`): a workspace
@@ -73,31 +74,6 @@ fn ders(pem: &str) -> Vec<Vec<u8>> {
     x509_parser::pem::Pem::iter_from_buffer(pem.as_bytes())
         .map(|p| p.unwrap().contents)
         .collect()
-}
-
-/// The Machina CRDs are installed (the lab installs them; installed here if not).
-async fn ensure_crds(admin: &kube::Client) {
-    let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
-    for crd in agent::machina::crds::all() {
-        let name = crd.metadata.name.clone().unwrap();
-        if crds.get_opt(&name).await.unwrap().is_none() {
-            crds.create(&PostParams::default(), &crd).await.unwrap();
-            let deadline = Instant::now() + std::time::Duration::from_secs(30);
-            while Instant::now() < deadline {
-                let got = crds.get(&name).await.unwrap();
-                let established = got
-                    .status
-                    .and_then(|s| s.conditions)
-                    .unwrap_or_default()
-                    .iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True");
-                if established {
-                    break;
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-            }
-        }
-    }
 }
 
 /// The `kube-dns` Service at the cluster DNS address (the lab's cluster DNS makes one).
@@ -156,7 +132,7 @@ async fn manual_bootstrap_prints_a_valid_config_for_a_real_cluster_reuses_its_to
     );
     let cluster = lab.cluster().expect("a control plane").clone();
     let admin = cluster.client().await.unwrap_or_else(|e| panic!("{e}"));
-    ensure_crds(&admin).await;
+    controlplane_support::ensure_crds(&admin).await;
     ensure_kube_dns(&admin, &cluster).await;
     let home = tempfile::tempdir().unwrap();
     let kubeconfig = cluster.admin_kubeconfig.clone();

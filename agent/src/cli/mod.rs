@@ -2,6 +2,7 @@
 
 pub mod coredns;
 pub mod crds;
+pub mod daemon;
 pub mod lifecycle;
 pub mod localdns;
 pub mod preflight;

@@ -1,0 +1,20 @@
+//! [`DaemonError`]: what ends the daemon (an operation that fails is written to its status, not
+//! returned).
+
+/// The daemon could not go on.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error("kubeconfig {path}: {message}")]
+    Kubeconfig { path: String, message: String },
+    #[error("{what} on {server}: {source}")]
+    Api {
+        what: String,
+        server: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("the Machine {0} does not exist in the cluster")]
+    NoMachine(String),
+    #[error("the lifecycle operation's task failed: {0}")]
+    Task(String),
+}

@@ -1,0 +1,17 @@
+//! `unbounded-agent daemon`: acts on the Machina API for this host's Machine — the
+//! `MachineOperation`s that target it (`NodeReboot` → managed reboot, `AgentReset` → reset), one
+//! at a time through the lifecycle core, with their status written as the API defines it
+//! (docs/operations.md).
+//!
+//! * [`select`] (pure): which operations target this machine, which one to run next, which are
+//!   past their `ttlSecondsAfterFinished`;
+//! * [`status`] (pure): the status of an operation entering `InProgress`, `Complete` or `Failed`;
+//! * [`run`]: the loop against the API server (list, act, watch until something changes).
+
+pub mod error;
+pub mod run;
+pub mod select;
+pub mod status;
+
+pub use error::DaemonError;
+pub use run::{Daemon, Settings};

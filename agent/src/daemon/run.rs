@@ -1,0 +1,306 @@
+//! The daemon's loop against the API server: read this machine's `Machine` and the
+//! `MachineOperation`s, delete the finished ones past their TTL, run the next one (its status
+//! `InProgress`, the lifecycle operation on a blocking thread, then `Complete` or `Failed`), and
+//! when there is nothing to run, watch the operations until one changes (or a resync is due).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, WatchParams};
+
+use super::error::DaemonError;
+use super::select::{self, Me};
+use super::status;
+use crate::lifecycle::{self, Operation, Options, Outcome};
+use crate::machina::Machine;
+use crate::machina::machine_operation::{MachineOperation, MachineOperationStatus};
+
+/// How long one watch lasts before the daemon lists everything again (seconds).
+const RESYNC_SECS: u32 = 60;
+
+/// What the daemon is told.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// This host's `Machine`.
+    pub machine: String,
+    /// The kubeconfig to use; `None`: as kubectl finds one (`KUBECONFIG`, `~/.kube/config`).
+    pub kubeconfig: Option<PathBuf>,
+    /// The lifecycle operations' root and wait scale.
+    pub root: PathBuf,
+    pub timeout_scale: Option<u32>,
+    /// Return when nothing is left to run instead of watching (tests, one-shot use).
+    pub once: bool,
+}
+
+/// How the daemon ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ended {
+    /// `--once` and nothing left to run.
+    Idle,
+    /// An `AgentReset` removed the agent from this host, the daemon's unit included.
+    Reset,
+}
+
+/// The daemon, connected.
+pub struct Daemon {
+    client: kube::Client,
+    server: String,
+    settings: Settings,
+}
+
+fn now() -> Time {
+    Time(Timestamp::now())
+}
+
+/// An error and its causes on one line.
+fn chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let next = cause.to_string();
+        if !text.contains(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// What a lifecycle outcome says in the operation's message.
+fn describe(outcome: &Outcome) -> String {
+    match outcome {
+        Outcome::Done {
+            operation,
+            slot,
+            steps,
+        } => {
+            format!(
+                "{operation}: done ({}): kubelet is active in machine {slot}",
+                steps.join(" → ")
+            )
+        }
+        Outcome::Unchanged { operation, slot } => format!("{operation}: machine {slot} unchanged"),
+        Outcome::Reset(report) => format!(
+            "reset: removed {} item(s) ({} already absent); nothing of the agent's is left",
+            report.removed.len(),
+            report.already_absent.len()
+        ),
+        Outcome::ResetPlan(plan) => format!("reset (dry run): {} item(s)", plan.len()),
+    }
+}
+
+impl Daemon {
+    /// Loads the kubeconfig and makes a client; nothing is sent yet.
+    pub async fn connect(settings: Settings) -> Result<Daemon, DaemonError> {
+        let kubeconfig_err = |message: String| DaemonError::Kubeconfig {
+            path: settings
+                .kubeconfig
+                .as_ref()
+                .map_or_else(|| "(inferred)".to_string(), |p| p.display().to_string()),
+            message,
+        };
+        let mut config = match &settings.kubeconfig {
+            Some(path) => {
+                let kubeconfig =
+                    kube::config::Kubeconfig::read_from(path).map_err(|e| kubeconfig_err(chain(&e)))?;
+                kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                    .await
+                    .map_err(|e| kubeconfig_err(chain(&e)))?
+            }
+            None => kube::Config::infer()
+                .await
+                .map_err(|e| kubeconfig_err(chain(&e)))?,
+        };
+        config.connect_timeout = Some(Duration::from_secs(10));
+        config.read_timeout = Some(Duration::from_secs(u64::from(RESYNC_SECS) + 30));
+        let server = config.cluster_url.to_string().trim_end_matches('/').to_owned();
+        let client = kube::Client::try_from(config).map_err(|e| kubeconfig_err(chain(&e)))?;
+        Ok(Daemon {
+            client,
+            server,
+            settings,
+        })
+    }
+
+    fn api_err(&self, what: impl Into<String>) -> impl FnOnce(kube::Error) -> DaemonError + '_ {
+        let what = what.into();
+        move |source| DaemonError::Api {
+            what,
+            server: self.server.clone(),
+            source,
+        }
+    }
+
+    fn operations(&self) -> Api<MachineOperation> {
+        Api::all(self.client.clone())
+    }
+
+    /// This machine's name, labels and generation.
+    async fn me(&self) -> Result<(Me, Option<i64>), DaemonError> {
+        let machines: Api<Machine> = Api::all(self.client.clone());
+        let name = &self.settings.machine;
+        let machine = machines
+            .get_opt(name)
+            .await
+            .map_err(self.api_err(format!("reading Machine {name}")))?
+            .ok_or_else(|| DaemonError::NoMachine(name.clone()))?;
+        let me = Me {
+            name: name.clone(),
+            labels: machine.metadata.labels.clone().unwrap_or_default(),
+        };
+        Ok((me, machine.metadata.generation))
+    }
+
+    /// Runs until `--once` finds nothing to do, an `AgentReset` is done, or an error.
+    pub async fn run(&self) -> Result<Ended, DaemonError> {
+        tracing::info!(machine = %self.settings.machine, server = %self.server, "daemon started");
+        loop {
+            let (me, generation) = self.me().await?;
+            let list = self
+                .operations()
+                .list(&ListParams::default())
+                .await
+                .map_err(self.api_err("listing MachineOperations"))?;
+            let next_expiry = self.delete_expired(&list.items, &me).await;
+            if let Some(op) = select::next(&list.items, &me) {
+                if self.execute(op, generation).await? == Some(Ended::Reset) {
+                    return Ok(Ended::Reset);
+                }
+                continue;
+            }
+            if self.settings.once {
+                return Ok(Ended::Idle);
+            }
+            let wait = next_expiry.map_or(RESYNC_SECS, |secs| secs.clamp(1, RESYNC_SECS));
+            let version = list.metadata.resource_version.unwrap_or_default();
+            self.until_changed(&version, wait).await;
+        }
+    }
+
+    /// Waits up to `secs` for any change to the operations after `version`. Errors end the wait
+    /// early (the next list sees the truth).
+    async fn until_changed(&self, version: &str, secs: u32) {
+        let params = WatchParams::default().timeout(secs);
+        match self.operations().watch(&params, version).await {
+            Ok(stream) => {
+                let mut stream = stream.boxed();
+                let limit = Duration::from_secs(u64::from(secs) + 5);
+                if let Ok(Err(err)) = tokio::time::timeout(limit, stream.try_next()).await {
+                    tracing::warn!(err = %chain(&err), "watching MachineOperations");
+                }
+            }
+            Err(err) => {
+                tracing::warn!(err = %chain(&err), "watching MachineOperations; listing again in 5 s");
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            }
+        }
+    }
+
+    /// Deletes this machine's operations that are past their TTL; returns the seconds until the
+    /// next one expires, if one will.
+    async fn delete_expired(&self, ops: &[MachineOperation], me: &Me) -> Option<u32> {
+        let now = now();
+        let mut soonest: Option<u32> = None;
+        for op in ops.iter().filter(|op| select::targets(op, me)) {
+            let name = op.metadata.name.clone().unwrap_or_default();
+            if select::expired(op, &now) {
+                match self.operations().delete(&name, &DeleteParams::default()).await {
+                    Ok(_) => tracing::info!(operation = %name, "deleted: past its ttlSecondsAfterFinished"),
+                    Err(err) => tracing::warn!(operation = %name, err = %chain(&err), "could not delete"),
+                }
+                continue;
+            }
+            let (Some(ttl), Some(done)) = (
+                op.spec.ttl_seconds_after_finished,
+                op.status.as_ref().and_then(|s| s.completed_at.as_ref()),
+            ) else {
+                continue;
+            };
+            let left = i64::from(ttl) - now.0.duration_since(done.0).as_secs();
+            let left = u32::try_from(left.max(1)).unwrap_or(RESYNC_SECS);
+            soonest = Some(soonest.map_or(left, |s| s.min(left)));
+        }
+        soonest
+    }
+
+    async fn write_status(&self, name: &str, status: &MachineOperationStatus) -> Result<(), DaemonError> {
+        let patch = Patch::Merge(serde_json::json!({ "status": status }));
+        match self
+            .operations()
+            .patch_status(name, &PatchParams::default(), &patch)
+            .await
+        {
+            Ok(_) => Ok(()),
+            // Deleted meanwhile: nobody is left to read its status.
+            Err(kube::Error::Api(response)) if response.code == 404 => {
+                tracing::warn!(operation = %name, "deleted while it ran; its status is not written");
+                Ok(())
+            }
+            Err(err) => Err(self
+                .api_err(format!("writing the status of MachineOperation {name}"))(
+                err
+            )),
+        }
+    }
+
+    /// Runs one operation and records it; `Some(Ended::Reset)` after a successful reset.
+    async fn execute(
+        &self,
+        op: &MachineOperation,
+        machine_generation: Option<i64>,
+    ) -> Result<Option<Ended>, DaemonError> {
+        let name = op.metadata.name.clone().unwrap_or_default();
+        let kind = op.spec.operation_kind;
+        let lifecycle_op = select::lifecycle_operation(kind).expect("select::next picks handled kinds only");
+        let resumed = op.status.as_ref().and_then(|s| s.started_at.as_ref()).is_some();
+        let message = match (lifecycle_op, resumed) {
+            (Operation::Reset, false) => "resetting: removing the node and the agent from the host",
+            (Operation::Reset, true) => "resetting again: the daemon was stopped while it ran",
+            (_, false) => "rebooting the node (managed reboot)",
+            (_, true) => "rebooting the node again: the daemon was stopped while it ran",
+        };
+        tracing::info!(operation = %name, ?kind, "{message}");
+        let started = status::in_progress(
+            op.status.as_ref(),
+            message,
+            &now(),
+            machine_generation,
+            op.metadata.generation,
+        );
+        self.write_status(&name, &started).await?;
+
+        let options = Options {
+            config_path: None,
+            root: self.settings.root.clone(),
+            ignore_checks: Vec::new(),
+            timeout_scale: self.settings.timeout_scale,
+            dry_run: false,
+        };
+        let joined = tokio::task::spawn_blocking(move || {
+            let progress = |line: &str| tracing::info!("{line}");
+            lifecycle::run(lifecycle_op, &options, &progress)
+        })
+        .await;
+        let result = match joined {
+            Ok(Ok(outcome)) => Ok(describe(&outcome)),
+            Ok(Err(err)) => Err(chain(&err)),
+            Err(err) => Err(format!("the lifecycle operation's task failed: {err}")),
+        };
+        match &result {
+            Ok(message) => tracing::info!(operation = %name, "complete: {message}"),
+            Err(message) => tracing::error!(operation = %name, "failed: {message}"),
+        }
+        let done = status::finished(
+            &started,
+            result.as_deref().map_err(String::as_str),
+            &now(),
+            op.metadata.generation,
+        );
+        self.write_status(&name, &done).await?;
+        Ok((lifecycle_op == Operation::Reset && result.is_ok()).then_some(Ended::Reset))
+    }
+}
