@@ -6,8 +6,11 @@
 //! machine's operations and kinds that are not the agent's stay untouched; a `NodeReboot` with no
 //! node fails naming why; an `AgentReset` completes and ends the daemon; finished operations are
 //! deleted after `ttlSecondsAfterFinished`; watching, a new operation is run within seconds; a
-//! missing Machine is one clear line. Needs root and the cached Kubernetes and CoreDNS images
-//! (`harness images build`).
+//! missing Machine is one clear line. Run as its own identity (the ServiceAccount and role
+//! `kubectl-unbounded machine daemon-access` prints, the static `deploy/rbac/` the lab applies),
+//! the daemon does its work, and that identity can neither read another Machine, change its own
+//! Machine's spec, create operations, nor change or delete another machine's operations. Needs
+//! root and the cached Kubernetes and CoreDNS images (`harness images build`).
 
 mod controlplane_support;
 
@@ -24,17 +27,21 @@ use harness::lab::{Lab, LabSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::{Api, PostParams};
 
-/// `unbounded-agent`, built beside this test binary (`<target>/debug/deps/..`).
-fn agent_binary() -> PathBuf {
+/// A binary of the `agent` crate, built beside this test binary (`<target>/debug/deps/..`).
+fn built(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let debug = exe.parent().and_then(Path::parent).unwrap();
-    let path = debug.join("unbounded-agent");
+    let path = debug.join(name);
     assert!(
         path.exists(),
         "{} is missing: build the workspace (cargo build --workspace --bins)",
         path.display()
     );
     path
+}
+
+fn agent_binary() -> PathBuf {
+    built("unbounded-agent")
 }
 
 fn daemon(kubeconfig: &Path, root: &Path, machine: &str, once: bool) -> Command {
@@ -284,5 +291,182 @@ async fn daemon_runs_its_machines_operations_through_the_lifecycle_core_and_writ
         "{stderr}"
     );
 
+    lab.shutdown().unwrap();
+}
+
+/// A kubeconfig holding only `token` for the lab's API server.
+fn token_kubeconfig(cluster: &harness::controlplane::ClusterAccess, token: &str, path: &Path) {
+    use base64::Engine as _;
+    let ca = base64::engine::general_purpose::STANDARD.encode(&cluster.ca_cert_pem);
+    let yaml = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: lab\n  cluster:\n    server: {}\n    certificate-authority-data: {ca}\nusers:\n- name: daemon\n  user:\n    token: {token}\ncontexts:\n- name: daemon\n  context:\n    cluster: lab\n    user: daemon\ncurrent-context: daemon\n",
+        cluster.host_api_server
+    );
+    std::fs::write(path, yaml).unwrap();
+}
+
+/// The API server refused `result` (403), and says so with `needle` when given.
+fn assert_forbidden<T: std::fmt::Debug>(what: &str, result: Result<T, kube::Error>, needle: Option<&str>) {
+    match result {
+        Err(kube::Error::Api(status)) if status.code == 403 => {
+            if let Some(needle) = needle {
+                assert!(status.message.contains(needle), "{what}: {}", status.message);
+            }
+        }
+        other => panic!("{what} should be forbidden, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_daemons_own_identity_runs_its_operations_and_can_touch_no_other_machines() {
+    use kube::api::{DeleteParams, Patch, PatchParams};
+
+    let test = "the_daemons_own_identity_runs_its_operations_and_can_touch_no_other_machines";
+    let lab = Lab::start(LabSpec {
+        control_plane: true,
+        ..LabSpec::for_test(test)
+    })
+    .unwrap_or_else(|e| panic!("starting a lab with a control plane: {e}"));
+    let cluster = lab.cluster().expect("a control plane").clone();
+    let admin = cluster.client().await.unwrap_or_else(|e| panic!("{e}"));
+    controlplane_support::ensure_crds(&admin).await;
+    let machines: Api<Machine> = Api::all(admin.clone());
+    for name in ["access-a", "access-b"] {
+        machines
+            .create(
+                &PostParams::default(),
+                &Machine::new(name, MachineSpec::default()),
+            )
+            .await
+            .unwrap();
+    }
+    let ops: Api<MachineOperation> = Api::all(admin.clone());
+    for op in [
+        operation(
+            "own-reboot",
+            OperationKind::NodeReboot,
+            Target::Name("access-a"),
+            None,
+        ),
+        operation(
+            "their-reboot",
+            OperationKind::NodeReboot,
+            Target::Name("access-b"),
+            None,
+        ),
+    ] {
+        ops.create(&PostParams::default(), &op).await.unwrap();
+    }
+
+    // The operator's steps: the plugin prints the machine's access, kubectl applies it and
+    // makes a token for its ServiceAccount.
+    let printed = run({
+        let mut cmd = Command::new(built("kubectl-unbounded"));
+        cmd.args(["machine", "daemon-access", "access-a"])
+            .env("KUBECONFIG", &cluster.admin_kubeconfig);
+        cmd
+    });
+    assert!(printed.status.success(), "{}", text(&printed.stderr));
+    let mut apply = cluster.kubectl();
+    apply
+        .args(["apply", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = apply.spawn().unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), &printed.stdout).unwrap();
+    let applied = child.wait_with_output().unwrap();
+    assert!(
+        applied.status.success(),
+        "kubectl apply: {}",
+        text(&applied.stderr)
+    );
+    let token = run({
+        let mut cmd = cluster.kubectl();
+        cmd.args(["create", "token", "agent-access-a", "-n", "unbounded-system"]);
+        cmd
+    });
+    assert!(
+        token.status.success(),
+        "kubectl create token: {}",
+        text(&token.stderr)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("daemon.kubeconfig");
+    token_kubeconfig(&cluster, text(&token.stdout).trim(), &kubeconfig);
+
+    // The daemon works under it: reads its Machine, lists and runs its operation, writes status.
+    let root = tempfile::tempdir().unwrap();
+    let out = run(daemon(&kubeconfig, root.path(), "access-a", true));
+    let log = format!("stdout:\n{}\nstderr:\n{}", text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{log}");
+    let own = status_of(&ops, "own-reboot")
+        .await
+        .unwrap_or_else(|| panic!("no status\n{log}"));
+    assert_eq!(own.phase, Some(OperationPhase::Failed), "{own:?}\n{log}");
+    assert_eq!(status_of(&ops, "their-reboot").await, None);
+
+    // What it cannot do.
+    let client = harness::controlplane::access::client_from(&kubeconfig)
+        .await
+        .unwrap();
+    let as_daemon_machines: Api<Machine> = Api::all(client.clone());
+    let as_daemon_ops: Api<MachineOperation> = Api::all(client.clone());
+    assert!(
+        as_daemon_machines.get("access-a").await.is_ok(),
+        "its own Machine"
+    );
+    assert_forbidden(
+        "reading another Machine",
+        as_daemon_machines.get("access-b").await,
+        None,
+    );
+    let labels = Patch::Merge(serde_json::json!({"metadata": {"labels": {"hacked": "yes"}}}));
+    assert_forbidden(
+        "changing its own Machine",
+        as_daemon_machines
+            .patch("access-a", &PatchParams::default(), &labels)
+            .await,
+        None,
+    );
+    assert_forbidden(
+        "creating an operation",
+        as_daemon_ops
+            .create(
+                &PostParams::default(),
+                &operation(
+                    "made-by-daemon",
+                    OperationKind::AgentReset,
+                    Target::Name("access-b"),
+                    None,
+                ),
+            )
+            .await,
+        None,
+    );
+    let status = Patch::Merge(serde_json::json!({"status": {"phase": "Complete", "message": "not mine"}}));
+    let not_mine = "may only change MachineOperations that target it";
+    assert_forbidden(
+        "writing another machine's operation status",
+        as_daemon_ops
+            .patch_status("their-reboot", &PatchParams::default(), &status)
+            .await,
+        Some(not_mine),
+    );
+    assert_forbidden(
+        "deleting another machine's operation",
+        as_daemon_ops
+            .delete("their-reboot", &DeleteParams::default())
+            .await,
+        Some(not_mine),
+    );
+    assert_eq!(status_of(&ops, "their-reboot").await, None, "unchanged");
+    assert!(
+        as_daemon_ops
+            .delete("own-reboot", &DeleteParams::default())
+            .await
+            .is_ok(),
+        "the daemon deletes its own finished operations (TTL)"
+    );
     lab.shutdown().unwrap();
 }

@@ -11,6 +11,7 @@
 pub mod agent_spec;
 pub mod convert;
 pub mod crds;
+pub mod daemon_access;
 pub mod machine;
 pub mod machine_configuration;
 pub mod machine_configuration_version;

@@ -24,6 +24,16 @@ pub enum MachineCommand {
     /// Print a bash script that makes a host the given Machine's node: it writes the agent config
     /// (with a bootstrap token, created or reused) and runs `unbounded-agent start`.
     ManualBootstrap(ManualBootstrapArgs),
+    /// Print the ServiceAccount, ClusterRole and binding that let the Machine's agent daemon read
+    /// its own Machine, configuration and Node (for `kubectl apply -f -`).
+    DaemonAccess(DaemonAccessArgs),
+}
+
+/// The arguments of `machine daemon-access`.
+#[derive(Debug, Clone, Default, Args)]
+pub struct DaemonAccessArgs {
+    /// The Machine's name (cluster-scoped).
+    pub machine: String,
 }
 
 /// The arguments of `machine manual-bootstrap`; values are checked by
@@ -85,7 +95,10 @@ mod tests {
         .unwrap();
         let Command::Machine {
             command: MachineCommand::ManualBootstrap(args),
-        } = cli.command;
+        } = cli.command
+        else {
+            panic!("not manual-bootstrap");
+        };
         assert_eq!(args.machine, "m1");
         assert!(args.local_dns);
         assert_eq!(args.node_ip.as_deref(), Some("10.0.0.5"));

@@ -44,4 +44,7 @@ pub enum ManualBootstrapError {
     /// The assembled config fails the agent's own validation.
     #[error("the agent config for machine {machine:?} is not valid: {problems}")]
     InvalidConfig { machine: String, problems: String },
+    /// Rendering what the command prints failed.
+    #[error("rendering {0}")]
+    Render(String),
 }

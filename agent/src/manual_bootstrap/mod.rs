@@ -30,6 +30,15 @@ pub struct Outcome {
     pub token_note: String,
 }
 
+/// `machine daemon-access`: the Machine's daemon access objects as YAML (the Machine must exist).
+pub async fn daemon_access(machine: &str) -> Result<String, ManualBootstrapError> {
+    let cluster = cluster::Cluster::connect().await?;
+    let machine = cluster.machine(machine).await?;
+    crate::machina::daemon_access::for_machine(&machine)
+        .to_yaml()
+        .map_err(|e| ManualBootstrapError::Render(format!("the daemon access objects as YAML: {e}")))
+}
+
 /// Runs the whole command against the cluster the kubeconfig names.
 pub async fn run(args: &ManualBootstrapArgs) -> Result<Outcome, ManualBootstrapError> {
     let overrides = flags::Overrides::from_args(args)?;

@@ -144,7 +144,7 @@ impl ProcessControlPlane {
             },
         )?;
 
-        // The bootstrap objects, the kube-dns Service and the CRDs.
+        // The bootstrap objects, the kube-dns Service, the CRDs and the agent daemon's access.
         let kube_dns = spec.state_dir.join("kube-dns-service.yaml");
         let yaml = to_yaml_stream(&[cluster_dns::kube_dns_service(CLUSTER_DNS_IP)]).map_err(|e| {
             ControlPlaneError::Netns {
@@ -156,7 +156,14 @@ impl ProcessControlPlane {
         let [secret, rbac] = pki.bootstrap_manifests();
         let mut apply: Vec<String> = vec!["apply".into()];
         let coredns_rbac = pki.coredns_rbac_manifest();
-        for file in [&secret, &rbac, &coredns_rbac, &kube_dns, &spec.crd_dir] {
+        for file in [
+            &secret,
+            &rbac,
+            &coredns_rbac,
+            &kube_dns,
+            &spec.crd_dir,
+            &spec.rbac_dir,
+        ] {
             apply.push("-f".into());
             apply.push(file.display().to_string());
         }
@@ -164,7 +171,7 @@ impl ProcessControlPlane {
         // The API server creates kube-system right after it is ready: retry until it exists.
         plane.wait(
             "kube-apiserver",
-            "kubectl apply (bootstrap, RBAC, CoreDNS RBAC, kube-dns, CRDs)",
+            "kubectl apply (bootstrap, RBAC, CoreDNS RBAC, kube-dns, CRDs, agent daemon RBAC)",
             spec.timeout,
             || plane.kubectl_stdout(&apply),
         )?;

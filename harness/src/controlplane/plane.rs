@@ -40,6 +40,8 @@ pub struct ControlPlaneSpec {
     pub coredns: PathBuf,
     /// The CRDs installed once the API server is ready (`deploy/crd/`).
     pub crd_dir: PathBuf,
+    /// The agent daemon's RBAC and admission policy, applied with the CRDs (`deploy/rbac/`).
+    pub rbac_dir: PathBuf,
     /// How long each component may take to become ready.
     pub timeout: Duration,
 }

@@ -55,6 +55,11 @@ pub fn crd_dir() -> PathBuf {
     crate::evidence::repo_root().join("deploy").join("crd")
 }
 
+/// The agent daemon's RBAC and admission policy applied in every lab cluster: `<repo>/deploy/rbac`.
+pub fn rbac_dir() -> PathBuf {
+    crate::evidence::repo_root().join("deploy").join("rbac")
+}
+
 /// `<run dir>/control-plane`: the control plane's state (PKI, etcd data, Corefile).
 pub fn state_dir(run_dir: &Path) -> PathBuf {
     run_dir.join("control-plane")
@@ -90,6 +95,7 @@ pub fn start(
         kubernetes_version: format!("v{}", images.kubernetes.version),
         coredns: images.coredns.clone(),
         crd_dir: crd_dir(),
+        rbac_dir: rbac_dir(),
         timeout: ControlPlaneSpec::default_timeout(),
     };
     let plane = ProcessControlPlane::start(&spec).map_err(|e| LabError::ControlPlane(Box::new(e)))?;
