@@ -11,7 +11,8 @@ use harness::vm::BootImage;
 /// The host image, or a failure naming the command that builds it.
 fn image() -> BootImage {
     let cache = harness::cache::Cache::open().expect("opening the lab cache");
-    let image = harness::images::host::require(&cache).unwrap_or_else(|e| panic!("{e:#}"));
+    let image = harness::images::host::require(&cache)
+        .unwrap_or_else(|e| panic!("{}", harness::error_chain::Chain(&e)));
     BootImage::from(&image)
 }
 

@@ -16,12 +16,13 @@ use harness::vm::{BootImage, ExitKind, Vm, VmError, VmSpec};
 /// the cache's current one), or a failure naming the command that builds it.
 fn image() -> BootImage {
     if let Some(dir) = std::env::var_os("LAB_HOST_IMAGE_DIR") {
-        let image =
-            harness::images::host::load(std::path::Path::new(&dir)).unwrap_or_else(|e| panic!("{e:#}"));
+        let image = harness::images::host::load(std::path::Path::new(&dir))
+            .unwrap_or_else(|e| panic!("{}", harness::error_chain::Chain(&e)));
         return BootImage::from(&image);
     }
     let cache = harness::cache::Cache::open().expect("opening the lab cache");
-    let image = harness::images::host::require(&cache).unwrap_or_else(|e| panic!("{e:#}"));
+    let image = harness::images::host::require(&cache)
+        .unwrap_or_else(|e| panic!("{}", harness::error_chain::Chain(&e)));
     BootImage::from(&image)
 }
 

@@ -20,7 +20,7 @@ pub fn artifact() -> CoreDnsArtifact {
     let cache = Cache::open().expect("open the lab cache");
     match require(&cache) {
         Ok(artifact) => artifact,
-        Err(err) => panic!("{err:#}"),
+        Err(err) => panic!("{}", harness::error_chain::Chain(&err)),
     }
 }
 
