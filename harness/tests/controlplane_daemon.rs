@@ -5,7 +5,8 @@
 //! `startedAt`, `completedAt`, `observedMachineGeneration`, the `Succeeded` condition); another
 //! machine's operations and kinds that are not the agent's stay untouched; a `NodeReboot` with no
 //! node fails naming why; an `AgentReset` completes and ends the daemon; finished operations are
-//! deleted after `ttlSecondsAfterFinished`; watching, a new operation is run within seconds; a
+//! deleted after `ttlSecondsAfterFinished`; watching, a new operation is run within seconds, and
+//! its Node deleted after it was seen means a repave, reported in the Machine's status; a
 //! missing Machine is one clear line. Run as its own identity (the ServiceAccount and role
 //! `kubectl-unbounded machine daemon-access` prints, the static `deploy/rbac/` the lab applies),
 //! the daemon does its work, and that identity can neither read another Machine, change its own
@@ -22,8 +23,9 @@ use std::time::{Duration, Instant};
 use agent::machina::machine_operation::{
     MachineOperation, MachineOperationSpec, MachineOperationStatus, OperationKind, OperationPhase,
 };
-use agent::machina::{Machine, MachineSpec};
+use agent::machina::{Machine, MachinePhase, MachineSpec};
 use harness::lab::{Lab, LabSpec};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::{Api, PostParams};
 
@@ -278,6 +280,59 @@ async fn daemon_runs_its_machines_operations_through_the_lifecycle_core_and_writ
         created.elapsed()
     );
     assert_eq!(status.phase, Some(OperationPhase::Failed));
+
+    // Its Node deleted (updateStrategy OnDelete: no configuration) → a repave, reported in the
+    // Machine's status; it fails here for want of a node. A Node never seen is never repaved.
+    assert_eq!(
+        machines.get("daemon-m1").await.unwrap().status,
+        None,
+        "no repave before the Node was seen"
+    );
+    let nodes: Api<Node> = Api::all(admin.clone());
+    let mut node = Node::default();
+    node.metadata.name = Some("daemon-m1".into());
+    nodes.create(&PostParams::default(), &node).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        machines.get("daemon-m1").await.unwrap().status,
+        None,
+        "the Node is there: nothing to do"
+    );
+    let deleted = Instant::now();
+    nodes.delete("daemon-m1", &Default::default()).await.unwrap();
+    let status = loop {
+        let status = machines.get("daemon-m1").await.unwrap().status;
+        if let Some(status) = status.filter(|s| s.phase == Some(MachinePhase::Failed)) {
+            break status;
+        }
+        if let Some(exit) = watching.try_wait().unwrap() {
+            panic!("the watching daemon exited ({exit})");
+        }
+        assert!(
+            deleted.elapsed() < Duration::from_secs(30),
+            "no repave within 30 s of the Node's deletion"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    eprintln!(
+        "the deleted Node's repave was attempted {:.1?} after the deletion",
+        deleted.elapsed()
+    );
+    let message = status.message.unwrap_or_default();
+    assert!(
+        message.contains("repaving after the Node daemon-m1 was deleted failed")
+            && message.contains("`repave` needs a finished node"),
+        "{message}"
+    );
+    assert_eq!(status.conditions.len(), 1);
+    assert_eq!(
+        (
+            status.conditions[0].type_.as_str(),
+            status.conditions[0].status.as_str(),
+            status.conditions[0].reason.as_str()
+        ),
+        ("NodeDeletedRepave", "False", "RepaveFailed")
+    );
     watching.kill().unwrap();
     watching.wait().unwrap();
 

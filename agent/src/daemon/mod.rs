@@ -6,9 +6,11 @@
 //! * [`select`] (pure): which operations target this machine, which one to run next, which are
 //!   past their `ttlSecondsAfterFinished`;
 //! * [`status`] (pure): the status of an operation entering `InProgress`, `Complete` or `Failed`;
+//! * [`node_watch`] (pure): its Node deleted with `updateStrategy: OnDelete` → repave;
 //! * [`run`]: the loop against the API server (list, act, watch until something changes).
 
 pub mod error;
+pub mod node_watch;
 pub mod run;
 pub mod select;
 pub mod status;

@@ -1,7 +1,9 @@
 //! The daemon's loop against the API server: read this machine's `Machine` and the
 //! `MachineOperation`s, delete the finished ones past their TTL, run the next one (its status
 //! `InProgress`, the lifecycle operation on a blocking thread, then `Complete` or `Failed`), and
-//! when there is nothing to run, watch the operations until one changes (or a resync is due).
+//! when there is nothing to run, watch the operations and its Node until one changes (or a resync
+//! is due). Its Node deleted (with `updateStrategy: OnDelete`) → repave to the other slot, with
+//! the Machine's status saying so ([`super::node_watch`]).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -12,11 +14,14 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, WatchParams};
 
 use super::error::DaemonError;
+use super::node_watch::{self, NodeMemory};
 use super::select::{self, Me};
 use super::status;
 use crate::lifecycle::{self, Operation, Options, Outcome};
-use crate::machina::Machine;
 use crate::machina::machine_operation::{MachineOperation, MachineOperationStatus};
+use crate::machina::{Machine, MachineConfiguration, MachinePhase};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 /// How long one watch lasts before the daemon lists everything again (seconds).
 const RESYNC_SECS: u32 = 60;
@@ -139,8 +144,8 @@ impl Daemon {
         Api::all(self.client.clone())
     }
 
-    /// This machine's name, labels and generation.
-    async fn me(&self) -> Result<(Me, Option<i64>), DaemonError> {
+    /// This machine: its name and labels, and the object.
+    async fn me(&self) -> Result<(Me, Machine), DaemonError> {
         let machines: Api<Machine> = Api::all(self.client.clone());
         let name = &self.settings.machine;
         let machine = machines
@@ -152,14 +157,38 @@ impl Daemon {
             name: name.clone(),
             labels: machine.metadata.labels.clone().unwrap_or_default(),
         };
-        Ok((me, machine.metadata.generation))
+        Ok((me, machine))
+    }
+
+    /// The Node `name`'s resource version when it exists.
+    async fn node_version(&self, name: &str) -> Result<Option<String>, DaemonError> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let node = nodes
+            .get_opt(name)
+            .await
+            .map_err(self.api_err(format!("reading Node {name}")))?;
+        Ok(node.map(|n| n.metadata.resource_version.unwrap_or_default()))
+    }
+
+    /// The MachineConfiguration the Machine follows, if any (one that is missing counts as none).
+    async fn configuration(&self, machine: &Machine) -> Result<Option<MachineConfiguration>, DaemonError> {
+        let Some(reference) = &machine.spec.configuration_ref else {
+            return Ok(None);
+        };
+        let configurations: Api<MachineConfiguration> = Api::all(self.client.clone());
+        configurations
+            .get_opt(&reference.name)
+            .await
+            .map_err(self.api_err(format!("reading MachineConfiguration {}", reference.name)))
     }
 
     /// Runs until `--once` finds nothing to do, an `AgentReset` is done, or an error.
     pub async fn run(&self) -> Result<Ended, DaemonError> {
         tracing::info!(machine = %self.settings.machine, server = %self.server, "daemon started");
+        let mut node_memory = NodeMemory::default();
         loop {
-            let (me, generation) = self.me().await?;
+            let (me, machine) = self.me().await?;
+            let generation = machine.metadata.generation;
             let list = self
                 .operations()
                 .list(&ListParams::default())
@@ -172,31 +201,133 @@ impl Daemon {
                 }
                 continue;
             }
+            let node = node_watch::node_name(&machine);
+            let node_version = self.node_version(&node).await?;
+            let strategy = node_watch::strategy(self.configuration(&machine).await?.as_ref());
+            if node_watch::observe(&mut node_memory, node_version.is_some(), strategy) {
+                self.repave_for_deleted_node(&node).await?;
+                continue;
+            }
             if self.settings.once {
                 return Ok(Ended::Idle);
             }
             let wait = next_expiry.map_or(RESYNC_SECS, |secs| secs.clamp(1, RESYNC_SECS));
             let version = list.metadata.resource_version.unwrap_or_default();
-            self.until_changed(&version, wait).await;
+            let nodes = Api::<Node>::all(self.client.clone());
+            let this_node = Some(format!("metadata.name={node}"));
+            tokio::select! {
+                _ = self.until_changed(self.operations(), "MachineOperations", &version, wait, None) => {}
+                // From the Node's own version; when it is absent, from now (its creation is a change).
+                _ = self.until_changed(nodes, "its Node", node_version.as_deref().unwrap_or_default(), wait, this_node) => {}
+            }
         }
     }
 
-    /// Waits up to `secs` for any change to the operations after `version`. Errors end the wait
-    /// early (the next list sees the truth).
-    async fn until_changed(&self, version: &str, secs: u32) {
-        let params = WatchParams::default().timeout(secs);
-        match self.operations().watch(&params, version).await {
+    /// Waits up to `secs` for the first change of `api`'s objects (those `fields` selects) after
+    /// `version`. Errors end the wait early (the next list sees the truth).
+    async fn until_changed<K>(
+        &self,
+        api: Api<K>,
+        kind: &str,
+        version: &str,
+        secs: u32,
+        fields: Option<String>,
+    ) where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        let mut params = WatchParams::default().timeout(secs);
+        params.field_selector = fields;
+        match api.watch(&params, version).await {
             Ok(stream) => {
                 let mut stream = stream.boxed();
                 let limit = Duration::from_secs(u64::from(secs) + 5);
-                if let Ok(Err(err)) = tokio::time::timeout(limit, stream.try_next()).await {
-                    tracing::warn!(err = %chain(&err), "watching MachineOperations");
+                while let Ok(next) = tokio::time::timeout(limit, stream.try_next()).await {
+                    match next {
+                        Ok(Some(kube::api::WatchEvent::Bookmark(_))) => {}
+                        Ok(Some(_)) | Ok(None) => return,
+                        Err(err) => {
+                            tracing::warn!(err = %chain(&err), "watching {kind}");
+                            return;
+                        }
+                    }
                 }
             }
             Err(err) => {
-                tracing::warn!(err = %chain(&err), "watching MachineOperations; listing again in 5 s");
+                tracing::warn!(err = %chain(&err), "watching {kind}; listing again in 5 s");
                 tokio::time::sleep(Duration::from_secs(5)).await;
             }
+        }
+    }
+
+    /// Writes the Machine's status: `phase`, `message`, and the `NodeDeletedRepave` condition.
+    async fn write_machine_status(
+        &self,
+        phase: MachinePhase,
+        message: &str,
+        condition: (&str, &str),
+    ) -> Result<(), DaemonError> {
+        let name = &self.settings.machine;
+        let (status, reason) = condition;
+        let condition = Condition {
+            type_: "NodeDeletedRepave".into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: message.into(),
+            last_transition_time: now(),
+            observed_generation: None,
+        };
+        let patch = Patch::Merge(serde_json::json!({
+            "status": { "phase": phase, "message": message, "conditions": [condition] }
+        }));
+        let machines: Api<Machine> = Api::all(self.client.clone());
+        machines
+            .patch_status(name, &PatchParams::default(), &patch)
+            .await
+            .map_err(self.api_err(format!("writing the status of Machine {name}")))?;
+        Ok(())
+    }
+
+    /// The Node was deleted: repave to the other slot, the Machine's status saying so.
+    async fn repave_for_deleted_node(&self, node: &str) -> Result<(), DaemonError> {
+        let message =
+            format!("the Node {node} was deleted (updateStrategy OnDelete): repaving to the other slot");
+        tracing::info!("{message}");
+        self.write_machine_status(MachinePhase::Provisioning, &message, ("Unknown", "Repaving"))
+            .await?;
+        match self.run_lifecycle(Operation::Repave { to: None }).await {
+            Ok(done) => {
+                let message = format!("repaved after the Node {node} was deleted: {done}");
+                tracing::info!("{message}");
+                self.write_machine_status(MachinePhase::Joining, &message, ("True", "Repaved"))
+                    .await
+            }
+            Err(failed) => {
+                let message = format!("repaving after the Node {node} was deleted failed: {failed}");
+                tracing::error!("{message}");
+                self.write_machine_status(MachinePhase::Failed, &message, ("False", "RepaveFailed"))
+                    .await
+            }
+        }
+    }
+
+    /// Runs a lifecycle operation on a blocking thread: what it did, or why it failed.
+    async fn run_lifecycle(&self, op: Operation) -> Result<String, String> {
+        let options = Options {
+            config_path: None,
+            root: self.settings.root.clone(),
+            ignore_checks: Vec::new(),
+            timeout_scale: self.settings.timeout_scale,
+            dry_run: false,
+        };
+        let joined = tokio::task::spawn_blocking(move || {
+            let progress = |line: &str| tracing::info!("{line}");
+            lifecycle::run(op, &options, &progress)
+        })
+        .await;
+        match joined {
+            Ok(Ok(outcome)) => Ok(describe(&outcome)),
+            Ok(Err(err)) => Err(chain(&err)),
+            Err(err) => Err(format!("the lifecycle operation's task failed: {err}")),
         }
     }
 
@@ -273,23 +404,7 @@ impl Daemon {
         );
         self.write_status(&name, &started).await?;
 
-        let options = Options {
-            config_path: None,
-            root: self.settings.root.clone(),
-            ignore_checks: Vec::new(),
-            timeout_scale: self.settings.timeout_scale,
-            dry_run: false,
-        };
-        let joined = tokio::task::spawn_blocking(move || {
-            let progress = |line: &str| tracing::info!("{line}");
-            lifecycle::run(lifecycle_op, &options, &progress)
-        })
-        .await;
-        let result = match joined {
-            Ok(Ok(outcome)) => Ok(describe(&outcome)),
-            Ok(Err(err)) => Err(chain(&err)),
-            Err(err) => Err(format!("the lifecycle operation's task failed: {err}")),
-        };
+        let result = self.run_lifecycle(lifecycle_op).await;
         match &result {
             Ok(message) => tracing::info!(operation = %name, "complete: {message}"),
             Err(message) => tracing::error!(operation = %name, "failed: {message}"),
