@@ -7,7 +7,8 @@
 //! node fails naming why; an `AgentReset` completes and ends the daemon; finished operations are
 //! deleted after `ttlSecondsAfterFinished`; watching, a new operation is run within seconds, and
 //! its Node deleted after it was seen means a repave, reported in the Machine's status; a
-//! missing Machine is one clear line. Run as its own identity (the ServiceAccount and role
+//! missing Machine and an applied config that no longer matches its sidecar are one clear line
+//! each. Run as its own identity (the ServiceAccount and role
 //! `kubectl-unbounded machine daemon-access` prints, the static `deploy/rbac/` the lab applies),
 //! the daemon does its work, and that identity can neither read another Machine, change its own
 //! Machine's spec, create operations, nor change or delete another machine's operations. Needs
@@ -140,7 +141,7 @@ async fn daemon_runs_its_machines_operations_through_the_lifecycle_core_and_writ
             "a-reboot-m1",
             OperationKind::NodeReboot,
             Target::Name("daemon-m1"),
-            Some(1),
+            None,
         ),
         operation(
             "b-reboot-m2",
@@ -158,7 +159,8 @@ async fn daemon_runs_its_machines_operations_through_the_lifecycle_core_and_writ
             "d-reset-edge",
             OperationKind::AgentReset,
             Target::Labels(&[("pool", "edge")]),
-            None,
+            // The daemon's last act in the first pass: only the next pass can delete it.
+            Some(1),
         ),
     ] {
         ops.create(&PostParams::default(), &op).await.unwrap();
@@ -218,7 +220,7 @@ async fn daemon_runs_its_machines_operations_through_the_lifecycle_core_and_writ
         );
     }
 
-    // TTL: the failed reboot (ttl 1 s) is deleted by the next pass; the others stay.
+    // TTL: the reset (ttl 1 s) is deleted by the next pass; the others stay.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let out = run(daemon(&kubeconfig, root.path(), "daemon-m1", true));
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -236,17 +238,19 @@ async fn daemon_runs_its_machines_operations_through_the_lifecycle_core_and_writ
         .filter_map(|op| op.metadata.name)
         .collect();
     assert!(
-        !left.contains(&"a-reboot-m1".to_string()),
+        !left.contains(&"d-reset-edge".to_string()),
         "past its TTL but kept: {left:?}"
     );
-    for kept in ["b-reboot-m2", "c-host-reboot-m1", "d-reset-edge"] {
+    for kept in ["a-reboot-m1", "b-reboot-m2", "c-host-reboot-m1"] {
         assert!(left.contains(&kept.to_string()), "{kept} was deleted: {left:?}");
     }
 
     // Watching: a new operation is run within seconds of being created.
+    let logs = tempfile::tempdir().unwrap();
+    let watching_log = logs.path().join("watching-daemon.log");
     let mut watching = daemon(&kubeconfig, root.path(), "daemon-m1", false)
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(&watching_log).unwrap())
         .spawn()
         .unwrap();
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -292,7 +296,19 @@ async fn daemon_runs_its_machines_operations_through_the_lifecycle_core_and_writ
     let mut node = Node::default();
     node.metadata.name = Some("daemon-m1".into());
     nodes.create(&PostParams::default(), &node).await.unwrap();
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    let registered = Instant::now();
+    let seen = "its Node daemon-m1 is registered";
+    while !std::fs::read_to_string(&watching_log)
+        .unwrap_or_default()
+        .contains(seen)
+    {
+        assert!(
+            registered.elapsed() < Duration::from_secs(30),
+            "the daemon did not see its Node within 30 s:\n{}",
+            std::fs::read_to_string(&watching_log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     assert_eq!(
         machines.get("daemon-m1").await.unwrap().status,
         None,
@@ -335,6 +351,24 @@ async fn daemon_runs_its_machines_operations_through_the_lifecycle_core_and_writ
     );
     watching.kill().unwrap();
     watching.wait().unwrap();
+
+    // An applied config changed behind the agent's back: refused at start, one line, exit 1.
+    let (config, sidecar) = agent::start::node::applied_paths(root.path(), agent::names::Slot::Kube1);
+    std::fs::create_dir_all(config.parent().unwrap()).unwrap();
+    std::fs::write(&config, "{\"changed\": true}").unwrap();
+    std::fs::write(&sidecar, format!("{}  applied.json\n", "0".repeat(64))).unwrap();
+    let out = run(daemon(&kubeconfig, root.path(), "daemon-m1", true));
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr
+            .lines()
+            .last()
+            .unwrap_or_default()
+            .contains("does not match its sidecar"),
+        "{stderr}"
+    );
+    std::fs::remove_file(&config).unwrap();
 
     // No such Machine: one line naming it, exit 1.
     let out = run(daemon(&kubeconfig, root.path(), "no-such-machine", true));

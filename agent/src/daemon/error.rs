@@ -17,4 +17,6 @@ pub enum DaemonError {
     NoMachine(String),
     #[error("the lifecycle operation's task failed: {0}")]
     Task(String),
+    #[error(transparent)]
+    AppliedConfig(#[from] super::applied::AppliedConfigError),
 }

@@ -3,12 +3,14 @@
 //! at a time through the lifecycle core, with their status written as the API defines it
 //! (docs/operations.md).
 //!
+//! * [`applied`]: at start, the applied config must match its `.sha256` sidecar;
 //! * [`select`] (pure): which operations target this machine, which one to run next, which are
 //!   past their `ttlSecondsAfterFinished`;
 //! * [`status`] (pure): the status of an operation entering `InProgress`, `Complete` or `Failed`;
 //! * [`node_watch`] (pure): its Node deleted with `updateStrategy: OnDelete` → repave;
 //! * [`run`]: the loop against the API server (list, act, watch until something changes).
 
+pub mod applied;
 pub mod error;
 pub mod node_watch;
 pub mod run;

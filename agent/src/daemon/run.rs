@@ -182,8 +182,10 @@ impl Daemon {
             .map_err(self.api_err(format!("reading MachineConfiguration {}", reference.name)))
     }
 
-    /// Runs until `--once` finds nothing to do, an `AgentReset` is done, or an error.
+    /// Runs until `--once` finds nothing to do, an `AgentReset` is done, or an error. First the
+    /// applied configs are checked against their sidecars ([`super::applied`]).
     pub async fn run(&self) -> Result<Ended, DaemonError> {
+        super::applied::check(&self.settings.root)?;
         tracing::info!(machine = %self.settings.machine, server = %self.server, "daemon started");
         let mut node_memory = NodeMemory::default();
         loop {
@@ -204,6 +206,9 @@ impl Daemon {
             let node = node_watch::node_name(&machine);
             let node_version = self.node_version(&node).await?;
             let strategy = node_watch::strategy(self.configuration(&machine).await?.as_ref());
+            if node_version.is_some() && !node_memory.seen {
+                tracing::info!("its Node {node} is registered: deleting it will repave this machine");
+            }
             if node_watch::observe(&mut node_memory, node_version.is_some(), strategy) {
                 self.repave_for_deleted_node(&node).await?;
                 continue;
