@@ -20,6 +20,7 @@ use super::status;
 use crate::lifecycle::{self, Operation, Options, Outcome};
 use crate::machina::machine_operation::{MachineOperation, MachineOperationStatus};
 use crate::machina::{Machine, MachineConfiguration, MachinePhase};
+use crate::manual_bootstrap::cluster::chain;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
@@ -58,21 +59,6 @@ pub struct Daemon {
 
 fn now() -> Time {
     Time(Timestamp::now())
-}
-
-/// An error and its causes on one line.
-fn chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        let next = cause.to_string();
-        if !text.contains(&next) {
-            text.push_str(": ");
-            text.push_str(&next);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 /// What a lifecycle outcome says in the operation's message.
