@@ -277,7 +277,7 @@ fn a_hung_coredns_is_killed_and_started_again_by_the_same_supervisor() {
     assert!(
         log.contains(&format!(
             "CoreDNS failed {} health checks in a row: taking it for hung, killing it",
-            agent::supervisor::run::HUNG_AFTER_FAILED_CHECKS
+            agent::supervisor::settings::DEFAULT_HUNG_AFTER_FAILED_CHECKS
         )),
         "{log}"
     );

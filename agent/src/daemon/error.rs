@@ -15,8 +15,6 @@ pub enum DaemonError {
     },
     #[error("the Machine {0} does not exist in the cluster")]
     NoMachine(String),
-    #[error("the lifecycle operation's task failed: {0}")]
-    Task(String),
     #[error(transparent)]
     AppliedConfig(#[from] super::applied::AppliedConfigError),
 }

@@ -24,12 +24,8 @@ const MAX_FAILED_STARTS: u32 = 3;
 const RESTART_BACKOFF: Duration = Duration::from_millis(200);
 /// How long CoreDNS may take to exit after SIGINT (the unit's `TimeoutStopSec=30` minus a margin).
 const STOP_GRACE: Duration = Duration::from_secs(25);
-/// After a failed health check, the next comes this soon (not a whole interval later).
+/// After a failed health check, the next comes this soon (or after the interval, if shorter).
 const RECHECK: Duration = Duration::from_secs(1);
-/// Failed health checks in a row (the regular one and its quick rechecks) after which CoreDNS is
-/// taken for hung and killed with SIGKILL, to be started again like after a crash: a CoreDNS
-/// that answers neither `/ready` nor its own health name for that long serves nobody.
-pub const HUNG_AFTER_FAILED_CHECKS: u32 = 3;
 
 /// How the supervisor ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -166,10 +162,11 @@ async fn until_healthy(
 /// or 3) and systemd restarts the unit, so a crash loop cannot spin here.
 ///
 /// A hung CoreDNS (alive, answering nothing: SIGSTOP, a deadlock) is found by the health checks:
-/// a failed check is repeated every [`RECHECK`], and after [`HUNG_AFTER_FAILED_CHECKS`] failures
-/// in a row CoreDNS is killed with SIGKILL and started again as after a crash — without waiting
-/// for systemd's watchdog to restart the whole unit. Only the regular checks count towards the
-/// failure rule.
+/// a failed check is repeated after [`RECHECK`], and after `hung_after_failed_checks` failures in
+/// a row (3; [`Settings`]) CoreDNS is killed with SIGKILL and started again as after a crash —
+/// without waiting for systemd's watchdog to restart the whole unit: a CoreDNS that answers
+/// neither `/ready` nor its own health name for that long serves nobody. Every failed check counts
+/// towards the failure rule, so a CoreDNS that keeps hanging ends in a restart of the unit.
 pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
     let mut term = signal(SignalKind::terminate()).map_err(SuperviseError::Signals)?;
     let mut int = signal(SignalKind::interrupt()).map_err(SuperviseError::Signals)?;
@@ -199,8 +196,8 @@ pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
     notify::ready(&status);
 
     // Watchdog: one check per interval; pass → WATCHDOG=1, failures counted in the window. A
-    // failed check is followed by quick rechecks; CoreDNS failing [`HUNG_AFTER_FAILED_CHECKS`] in
-    // a row is killed. CoreDNS exiting (by itself or killed) is answered by starting it again.
+    // failed check is followed by quick rechecks; CoreDNS failing `hung_after_failed_checks` in a
+    // row is killed. CoreDNS exiting (by itself or killed) is answered by starting it again.
     let mut failures = FailureWindow::new(settings.failure_window, settings.failure_threshold);
     let mut restarts = 0u64;
     let mut failed_in_a_row = 0u32;
@@ -252,28 +249,23 @@ pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
                     Err(errors) => {
                         let last_error = describe(&errors);
                         failed_in_a_row += 1;
-                        next_check = tokio::time::Instant::now() + RECHECK;
-                        if failed_in_a_row >= HUNG_AFTER_FAILED_CHECKS {
-                            let why = format!(
-                                "CoreDNS failed {failed_in_a_row} health checks in a row: taking it for hung, killing it: {last_error}"
-                            );
-                            tracing::error!("{why}");
-                            notify::status(&why);
-                            failed_in_a_row = 0;
-                            // Its exit is then seen like a crash: CoreDNS is started again.
-                            if let Err(err) = child.start_kill() {
-                                tracing::warn!(%err, "could not kill CoreDNS");
-                            }
-                            continue;
-                        }
-                        // Rechecks do not count towards the failure rule: only the regular check does.
-                        if failed_in_a_row > 1 {
-                            tracing::warn!(failed_in_a_row, %last_error, "health check failed again");
-                            continue;
-                        }
+                        next_check = tokio::time::Instant::now() + RECHECK.min(settings.check_interval);
                         match failures.record_failure(Instant::now()) {
                             Verdict::Tolerate { failures_in_window } => {
-                                tracing::warn!(failures_in_window, %last_error, "health check failed");
+                                tracing::warn!(failures_in_window, failed_in_a_row, %last_error, "health check failed");
+                                let hung_after = settings.hung_after_failed_checks;
+                                if hung_after > 0 && failed_in_a_row >= hung_after {
+                                    let why = format!(
+                                        "CoreDNS failed {failed_in_a_row} health checks in a row: taking it for hung, killing it: {last_error}"
+                                    );
+                                    tracing::error!("{why}");
+                                    notify::status(&why);
+                                    failed_in_a_row = 0;
+                                    // Its exit is then seen like a crash: CoreDNS is started again.
+                                    if let Err(err) = child.start_kill() {
+                                        tracing::warn!(%err, "could not kill CoreDNS");
+                                    }
+                                }
                             }
                             Verdict::GiveUp { failures_in_window } => {
                                 let why = format!(

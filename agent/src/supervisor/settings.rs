@@ -41,10 +41,15 @@ pub struct Settings {
     /// The failure rule (`LOCALDNS_FAILURE_WINDOW_SECS`, `LOCALDNS_FAILURE_THRESHOLD`; 600 s, 10).
     pub failure_window: Duration,
     pub failure_threshold: usize,
+    /// Failed checks in a row after which CoreDNS is taken for hung and killed
+    /// (`LOCALDNS_HUNG_AFTER_FAILED_CHECKS`, default 3; 0: never).
+    pub hung_after_failed_checks: u32,
 }
 
 /// DNS port of both listeners.
 pub use crate::corefile::DNS_PORT;
+/// Failed health checks in a row after which CoreDNS is taken for hung and killed.
+pub const DEFAULT_HUNG_AFTER_FAILED_CHECKS: u32 = 3;
 /// The watchdog interval when systemd sets none (the unit's `WatchdogSec=60`).
 pub const DEFAULT_WATCHDOG: Duration = Duration::from_secs(60);
 
@@ -130,6 +135,10 @@ impl Settings {
             Some(v) => parse("LOCALDNS_FAILURE_THRESHOLD", &v, "a count")?,
             None => FailureWindow::DEFAULT_THRESHOLD,
         };
+        let hung_after_failed_checks = match var("LOCALDNS_HUNG_AFTER_FAILED_CHECKS") {
+            Some(v) => parse("LOCALDNS_HUNG_AFTER_FAILED_CHECKS", &v, "a count (0: never)")?,
+            None => DEFAULT_HUNG_AFTER_FAILED_CHECKS,
+        };
         Ok(Settings {
             node_listener,
             cluster_listener,
@@ -143,6 +152,7 @@ impl Settings {
             watchdog_enabled,
             failure_window,
             failure_threshold,
+            hung_after_failed_checks,
         })
     }
 
@@ -261,6 +271,14 @@ mod tests {
         assert_eq!(
             (s.failure_window, s.failure_threshold),
             (Duration::from_secs(5), 3)
+        );
+        assert_eq!(s.hung_after_failed_checks, DEFAULT_HUNG_AFTER_FAILED_CHECKS);
+        let off = read(&env(&[("LOCALDNS_HUNG_AFTER_FAILED_CHECKS", "0")])).unwrap();
+        assert_eq!(off.hung_after_failed_checks, 0);
+        let bad = read(&env(&[("LOCALDNS_HUNG_AFTER_FAILED_CHECKS", "-1")])).unwrap_err();
+        assert!(
+            bad.to_string().contains("LOCALDNS_HUNG_AFTER_FAILED_CHECKS"),
+            "{bad}"
         );
     }
 }
