@@ -14,10 +14,12 @@ use crate::vm::{RunDir, Vm, console};
 /// Guest commands saved by default: (file name, shell command).
 pub const GUEST_COMMANDS: [(&str, &str); 5] = [
     // `--sync` first: read while journald writes (right after a resume, under load) journalctl
-    // can find the file "truncated", ignore it and print no entries at all.
+    // can find the file "truncated", ignore it and print no entries at all. This boot's entries
+    // from every journal directory (`--merge`, which `-b` refuses): a VM resumed from the image's
+    // state wrote its first lines under the saved boot's machine id.
     (
         "journal.txt",
-        "journalctl --sync; journalctl -b --merge --no-pager",
+        "journalctl --sync; journalctl --merge --no-pager _BOOT_ID=$(tr -d - </proc/sys/kernel/random/boot_id)",
     ),
     ("nft-ruleset.txt", "nft list ruleset"),
     ("ip-addr.txt", "ip -d addr"),
