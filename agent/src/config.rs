@@ -35,6 +35,18 @@ pub struct RawConfig {
     pub host_prefix: Option<String>,
     #[serde(rename = "LocalDNS", default, skip_serializing_if = "Option::is_none")]
     pub local_dns: Option<LocalDnsConfig>,
+    /// The agent daemon (`unbounded-agent daemon`), installed by `start` when present.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub daemon: Option<DaemonConfig>,
+}
+
+/// The `Daemon` section: the credentials the daemon starts with.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct DaemonConfig {
+    /// A token of the ServiceAccount `unbounded-system/agent-<MachineName>`; the daemon renews it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -20,6 +20,7 @@ pub mod paths;
 pub mod preflight;
 pub mod progress;
 pub mod render;
+pub mod service_account_token;
 pub mod start;
 pub mod supervisor;
 pub mod validate;

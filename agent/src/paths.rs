@@ -21,6 +21,15 @@ pub const IMAGES_DIR: &str = "/var/lib/unbounded/images";
 /// Kernel settings and modules the agent sets on the host.
 pub const SYSCTL_FILE: &str = "/etc/sysctl.d/90-unbounded-agent.conf";
 pub const MODULES_FILE: &str = "/etc/modules-load.d/unbounded-agent.conf";
+/// The agent daemon's host unit, its enablement link, and its credentials' directory.
+pub const DAEMON_UNIT_NAME: &str = "unbounded-agent-daemon.service";
+pub const DAEMON_UNIT: &str = "/etc/systemd/system/unbounded-agent-daemon.service";
+pub const DAEMON_UNIT_WANTS_LINK: &str =
+    "/etc/systemd/system/multi-user.target.wants/unbounded-agent-daemon.service";
+pub const DAEMON_DIR: &str = "/etc/unbounded/agent/daemon";
+/// The daemon's kubeconfig (its token read from [`DAEMON_TOKEN`]) and its token, which it renews.
+pub const DAEMON_KUBECONFIG: &str = "/etc/unbounded/agent/daemon/kubeconfig";
+pub const DAEMON_TOKEN: &str = "/etc/unbounded/agent/daemon/token";
 /// Where machine rootfs live (`/var/lib/machines/<slot>`).
 pub const MACHINES_DIR: &str = "/var/lib/machines";
 

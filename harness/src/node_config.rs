@@ -161,6 +161,8 @@ impl NodeConfig {
                 enabled: Some(self.local_dns),
                 ..Default::default()
             }),
+            // The daemon's token is made for a node once its Machine exists (scenarios/tests/daemon.rs).
+            daemon: None,
         };
         let mut value = serde_json::to_value(&generated).expect("a RawConfig always serialises");
         if let Some(patch) = &self.agent_config {

@@ -557,5 +557,57 @@ async fn the_daemons_own_identity_runs_its_operations_and_can_touch_no_other_mac
             .is_ok(),
         "the daemon deletes its own finished operations (TTL)"
     );
+
+    // Its token renews itself: a kubeconfig as `start` writes it (token read from a file), the
+    // daemon's renewal asks the TokenRequest API for its own account and writes the file; a
+    // token for another machine's account is refused.
+    {
+        use base64::Engine as _;
+        let token_path = dir.path().join("token");
+        std::fs::write(&token_path, text(&token.stdout).trim()).unwrap();
+        let file_kubeconfig = dir.path().join("file.kubeconfig");
+        std::fs::write(
+            &file_kubeconfig,
+            agent::start::daemon_unit::kubeconfig(
+                &cluster.host_api_server,
+                &base64::engine::general_purpose::STANDARD.encode(&cluster.ca_cert_pem),
+                &token_path.display().to_string(),
+            ),
+        )
+        .unwrap();
+        let before = agent::daemon::renew::read(&token_path).unwrap();
+        let client = harness::controlplane::access::client_from(&file_kubeconfig)
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(1100)).await; // a later `iat`
+        let renewed = agent::daemon::renew::renew_once(&client, &token_path)
+            .await
+            .unwrap_or_else(|e| panic!("{}", agent::manual_bootstrap::cluster::chain(&e)));
+        assert_eq!(renewed.subject, before.subject);
+        assert!(renewed.issued_at > before.issued_at, "{before:?} → {renewed:?}");
+        assert!(
+            renewed.lifetime_secs() >= before.lifetime_secs() - 1,
+            "{renewed:?}"
+        );
+        assert_eq!(agent::daemon::renew::read(&token_path).unwrap(), renewed);
+        let with_new_token: Api<Machine> = Api::all(
+            harness::controlplane::access::client_from(&file_kubeconfig)
+                .await
+                .unwrap(),
+        );
+        assert!(
+            with_new_token.get("access-a").await.is_ok(),
+            "the renewed token works"
+        );
+        let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+            Api::namespaced(client, "unbounded-system");
+        assert_forbidden(
+            "a token for another machine's account",
+            accounts
+                .create_token_request("agent-access-b", &PostParams::default(), &Default::default())
+                .await,
+            None,
+        );
+    }
     lab.shutdown().unwrap();
 }

@@ -275,6 +275,47 @@ async fn manual_bootstrap_prints_a_valid_config_for_a_real_cluster_reuses_its_to
     let json = config_of(&text(&again.stdout)).unwrap();
     let second: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(second["Kubelet"]["Auth"]["BootstrapToken"], token.as_str());
+    assert!(
+        second.get("Daemon").is_none(),
+        "no daemon without --daemon: {second}"
+    );
+
+    // `--daemon`: the daemon's access is applied (twice: server-side apply changes nothing the
+    // second time) and the config carries a token of its ServiceAccount, valid for a day, that
+    // the API server takes for that account.
+    for run in ["first", "second"] {
+        let with_daemon = run_plugin(
+            &kubeconfig,
+            home.path(),
+            &["machine", "manual-bootstrap", "mb-node-1", "--daemon"],
+        );
+        let stderr = text(&with_daemon.stderr);
+        assert!(with_daemon.status.success(), "{run} --daemon run: {stderr}");
+        assert!(
+            stderr.contains(
+                "the daemon's token (ServiceAccount unbounded-system/agent-mb-node-1) is valid for 24 h"
+            ),
+            "{stderr}"
+        );
+        let json = config_of(&text(&with_daemon.stdout)).unwrap();
+        let config: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let daemon_token = config["Daemon"]["Token"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{config}"));
+        let claims = agent::service_account_token::claims(daemon_token).unwrap();
+        assert_eq!(claims.lifetime_secs(), 86_400, "{claims:?}");
+        assert_eq!(
+            user_of(&cluster, daemon_token).await,
+            "system:serviceaccount:unbounded-system:agent-mb-node-1"
+        );
+        agent::validate::parse(&json).unwrap_or_else(|p| panic!("the printed config is invalid:\n{p}"));
+    }
+    let roles: Api<k8s_openapi::api::rbac::v1::Role> = Api::namespaced(admin.clone(), "unbounded-system");
+    let token_role = roles.get("unbounded-agent-daemon-token:mb-node-1").await.unwrap();
+    assert_eq!(
+        token_role.rules.unwrap()[0].resource_names,
+        Some(vec!["agent-mb-node-1".to_string()])
+    );
 
     // A missing Machine, a bad flag: one line, exit 1.
     let missing = run_plugin(

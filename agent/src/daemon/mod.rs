@@ -8,11 +8,13 @@
 //!   past their `ttlSecondsAfterFinished`;
 //! * [`status`] (pure): the status of an operation entering `InProgress`, `Complete` or `Failed`;
 //! * [`node_watch`] (pure): its Node deleted with `updateStrategy: OnDelete` → repave;
+//! * [`renew`]: the token renewed through the TokenRequest API before it expires;
 //! * [`run`]: the loop against the API server (list, act, watch until something changes).
 
 pub mod applied;
 pub mod error;
 pub mod node_watch;
+pub mod renew;
 pub mod run;
 pub mod select;
 pub mod status;

@@ -55,6 +55,8 @@ pub struct Daemon {
     client: kube::Client,
     server: String,
     settings: Settings,
+    /// The kubeconfig's token file, which the daemon renews ([`super::renew`]).
+    token_file: Option<PathBuf>,
 }
 
 fn now() -> Time {
@@ -94,10 +96,12 @@ impl Daemon {
                 .map_or_else(|| "(inferred)".to_string(), |p| p.display().to_string()),
             message,
         };
+        let mut token_file = None;
         let mut config = match &settings.kubeconfig {
             Some(path) => {
                 let kubeconfig =
                     kube::config::Kubeconfig::read_from(path).map_err(|e| kubeconfig_err(chain(&e)))?;
+                token_file = super::renew::token_file(&kubeconfig);
                 kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
                     .await
                     .map_err(|e| kubeconfig_err(chain(&e)))?
@@ -114,6 +118,7 @@ impl Daemon {
             client,
             server,
             settings,
+            token_file,
         })
     }
 
@@ -168,9 +173,24 @@ impl Daemon {
             .map_err(self.api_err(format!("reading MachineConfiguration {}", reference.name)))
     }
 
-    /// Runs until `--once` finds nothing to do, an `AgentReset` is done, or an error. First the
-    /// applied configs are checked against their sidecars ([`super::applied`]).
+    /// Runs until `--once` finds nothing to do, an `AgentReset` is done, or an error; meanwhile
+    /// the kubeconfig's token file, when it has one, is renewed before it expires.
     pub async fn run(&self) -> Result<Ended, DaemonError> {
+        match &self.token_file {
+            Some(path) if !self.settings.once => {
+                tracing::info!(token_file = %path.display(), "the daemon renews its token");
+                tokio::select! {
+                    ended = self.act() => ended,
+                    never = super::renew::keep_renewed(self.client.clone(), path.clone()) => match never {},
+                }
+            }
+            _ => self.act().await,
+        }
+    }
+
+    /// The loop. First the applied configs are checked against their sidecars
+    /// ([`super::applied`]).
+    async fn act(&self) -> Result<Ended, DaemonError> {
         super::applied::check(&self.settings.root)?;
         tracing::info!(machine = %self.settings.machine, server = %self.server, "daemon started");
         let mut node_memory = NodeMemory::default();

@@ -27,14 +27,16 @@ pub enum Stage {
     PreparingHost,
     PreparingRootfs,
     StartingNode,
+    InstallingDaemon,
     Complete,
 }
 
 impl Stage {
-    pub const ALL: [Stage; 4] = [
+    pub const ALL: [Stage; 5] = [
         Stage::PreparingHost,
         Stage::PreparingRootfs,
         Stage::StartingNode,
+        Stage::InstallingDaemon,
         Stage::Complete,
     ];
 
@@ -43,6 +45,7 @@ impl Stage {
             Stage::PreparingHost => "preparing-host",
             Stage::PreparingRootfs => "preparing-rootfs",
             Stage::StartingNode => "starting-node",
+            Stage::InstallingDaemon => "installing-daemon",
             Stage::Complete => "complete",
         }
     }

@@ -1,5 +1,6 @@
 //! How a desired config differs from the applied one (pure): `apply` changes LocalDNS in place
-//! (`LocalDNS`, and the CoreDNS download it installs from); anything else shapes the machine, the
+//! (`LocalDNS`, and the CoreDNS download it installs from) and the agent daemon (`Daemon`);
+//! anything else shapes the machine, the
 //! kubelet's registration or the artifacts in its rootfs, and needs a repave.
 
 use serde_json::Value;
@@ -7,7 +8,7 @@ use serde_json::Value;
 use super::plan::Change;
 
 /// Config fields `apply` changes in place.
-pub const IN_PLACE: [&str; 2] = ["LocalDNS", "Downloads.CoreDNS"];
+pub const IN_PLACE: [&str; 3] = ["LocalDNS", "Downloads.CoreDNS", "Daemon"];
 
 /// The dotted paths (top-level keys, `Downloads.<kind>` below `Downloads`) whose values differ.
 fn differing(old: &Value, new: &Value) -> Vec<String> {
@@ -77,10 +78,11 @@ mod tests {
         let mut new = base();
         new["LocalDNS"] = json!({"Enabled": false});
         new["Downloads"]["CoreDNS"] = json!({"Version": "1.15.1"});
+        new["Daemon"] = json!({"Token": "t"});
         assert_eq!(
             classify(&base(), &new),
             Change::InPlace {
-                fields: vec!["Downloads.CoreDNS".into(), "LocalDNS".into()]
+                fields: vec!["Daemon".into(), "Downloads.CoreDNS".into(), "LocalDNS".into()]
             }
         );
         let mut removed = base();

@@ -21,7 +21,7 @@ use crate::preflight::{self, Severity};
 use crate::render::Rendered;
 use crate::start::node::{self, Waits};
 use crate::start::rootfs::{self, ImageArchive};
-use crate::start::{StartError, host, plan as node_plan};
+use crate::start::{StartError, daemon_unit, host, plan as node_plan};
 
 /// The running operation.
 pub struct Executor<'a> {
@@ -103,11 +103,15 @@ impl<'a> Executor<'a> {
         self.line(&format!("step {}", step.name()));
         let sha = self.config().sha256.clone();
         match (self.op, step) {
-            (Operation::Start, Step::PrepareHost | Step::PrepareRootfs | Step::StartNode) => {
+            (
+                Operation::Start,
+                Step::PrepareHost | Step::PrepareRootfs | Step::StartNode | Step::InstallDaemon,
+            ) => {
                 let stage = match step {
                     Step::PrepareHost => Stage::PreparingHost,
                     Step::PrepareRootfs => Stage::PreparingRootfs,
-                    _ => Stage::StartingNode,
+                    Step::StartNode => Stage::StartingNode,
+                    _ => Stage::InstallingDaemon,
                 };
                 let manifest = self
                     .state
@@ -161,6 +165,7 @@ impl<'a> Executor<'a> {
                 self.populate(self.slot, None)?;
             }
             Step::StartNode => self.start_node()?,
+            Step::InstallDaemon => self.install_daemon()?,
             Step::Commit => self.commit(self.slot)?,
             Step::EnsureRunning => self.ensure_running()?,
             Step::RenderLocalDns => {
@@ -285,6 +290,31 @@ impl<'a> Executor<'a> {
         start_slot(self, self.slot, &images)
     }
 
+    /// The agent daemon as the config says: installed and running with its credentials, or
+    /// removed when the config has no `Daemon` section.
+    pub fn install_daemon(&self) -> Result<(), StartError> {
+        let agent = std::env::current_exe().map_err(|source| StartError::Io {
+            action: "find the path of",
+            path: "this agent binary (/proc/self/exe)".into(),
+            source,
+        })?;
+        let changes = daemon_unit::converge(&self.root, &self.config().config, &agent)?;
+        for path in &changes.paths {
+            self.line(&format!("daemon: wrote or removed {}", path.display()));
+        }
+        if !changes.unit.is_empty() {
+            self.line(&format!(
+                "daemon: {} {}",
+                crate::paths::DAEMON_UNIT_NAME,
+                changes.unit.join(", ")
+            ));
+        }
+        if self.config().config.daemon.is_none() && changes == Default::default() {
+            self.line("daemon: not installed (the config has no `Daemon` section)");
+        }
+        Ok(())
+    }
+
     /// The applied config's sidecar, the manifest and the install state `complete` for `slot`.
     pub fn commit(&mut self, slot: Slot) -> Result<(), StartError> {
         self.write_applied(slot)?;
@@ -344,6 +374,7 @@ impl<'a> Executor<'a> {
             node::containerd(&runner, self.waits)?;
             node::kubelet(&runner, self.waits)?;
         }
+        self.install_daemon()?;
         // A rebuilt agent brings a new supervisor: replace it and restart LocalDNS on it (an
         // unchanged agent leaves both alone).
         if config.local_dns.is_some() && rootfs::install_supervisor(&under(&self.root, &self.slot.rootfs()))?

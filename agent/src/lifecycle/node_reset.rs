@@ -2,7 +2,7 @@
 //! disabled, terminated), rootfs, `.nspawn` files and unit drop-ins, the LocalDNS host network
 //! (link, table, unit, script), what the node's processes left in the shared network namespace
 //! (the CNI bridge, the `KUBE-*`/`CNI-*` nft chains), the kernel settings files, the install and
-//! repave records and the applied configs — then `daemon-reload`. It keeps going past errors and reports everything it
+//! repave records and the applied configs, the agent daemon's unit and credentials — then `daemon-reload`. It keeps going past errors and reports everything it
 //! could not remove; a second reset finds nothing to do. `--dry-run` lists what it would remove.
 
 use std::path::{Path, PathBuf};
@@ -16,8 +16,10 @@ use crate::files::under;
 use crate::hostnet::{self, ResetPaths, ResetReport};
 use crate::machine::machinectl;
 use crate::names::Slot;
+use crate::paths::DAEMON_UNIT_NAME;
 use crate::render::host_prep::{MODULES_FILE, SYSCTL_FILE};
 use crate::render::nspawn;
+use crate::start::daemon_unit;
 use crate::start::node::applied_paths;
 
 /// Directories removed when they are left empty, deepest first.
@@ -127,6 +129,30 @@ pub fn remove_slot(root: &Path, slot: Slot) -> ResetReport {
     report
 }
 
+/// The agent daemon: its unit stopped and disabled — only disabled when this reset is the
+/// daemon's own (an `AgentReset`): the unit ends with it — and its files removed.
+fn remove_daemon(root: &Path, report: &mut ResetReport) {
+    let paths = daemon_unit::host_paths(root);
+    if live(root) && paths.iter().any(|p| p.symlink_metadata().is_ok()) {
+        let (args, what): (&[&str], &str) = if daemon_unit::running_inside_unit() {
+            (
+                &["disable", DAEMON_UNIT_NAME],
+                "disabled; it ends with this daemon",
+            )
+        } else {
+            (&["disable", "--now", DAEMON_UNIT_NAME], "stopped and disabled")
+        };
+        run_logged(
+            report,
+            format!("unit {DAEMON_UNIT_NAME} ({what})"),
+            Command::new("systemctl").args(args),
+        );
+    }
+    for path in paths {
+        remove_path(report, &path);
+    }
+}
+
 /// What a reset would remove now (for `--dry-run`).
 pub fn plan(root: &Path) -> Vec<String> {
     let mut out = Vec::new();
@@ -142,6 +168,11 @@ pub fn plan(root: &Path) -> Vec<String> {
             if f.symlink_metadata().is_ok() {
                 out.push(format!("remove {}", f.display()));
             }
+        }
+    }
+    for f in daemon_unit::host_paths(root) {
+        if f.symlink_metadata().is_ok() {
+            out.push(format!("remove {}", f.display()));
         }
     }
     let paths = ResetPaths::new(root);
@@ -179,6 +210,7 @@ pub fn reset(root: &Path) -> ResetReport {
         report.removed.extend(r.removed);
         report.failed.extend(r.failed);
     }
+    remove_daemon(root, &mut report);
     let net = hostnet::reset(&ResetPaths::new(root));
     report.removed.extend(net.removed);
     report.failed.extend(net.failed);
@@ -260,14 +292,24 @@ mod tests {
             "/etc/unbounded/localdns/localdns.nft",
             "/etc/sysctl.d/90-unbounded-agent.conf",
             "/var/lib/unbounded/agent/install-state.json",
+            "/etc/systemd/system/unbounded-agent-daemon.service",
+            "/etc/systemd/system/multi-user.target.wants/unbounded-agent-daemon.service",
+            "/etc/unbounded/agent/daemon/kubeconfig",
+            "/etc/unbounded/agent/daemon/token",
         ] {
             touch(root, p);
         }
         let planned = plan(root);
-        assert!(
-            planned.iter().any(|l| l.ends_with("var/lib/machines/kube2")),
-            "{planned:?}"
-        );
+        for wanted in [
+            "var/lib/machines/kube2",
+            "unbounded-agent-daemon.service",
+            "etc/unbounded/agent/daemon",
+        ] {
+            assert!(
+                planned.iter().any(|l| l.ends_with(wanted)),
+                "{wanted}: {planned:?}"
+            );
+        }
         let report = reset(root);
         // Table and link deletion act on this host's kernel, whatever the root: a build host
         // without them reports them absent, and fails nothing.
@@ -281,6 +323,7 @@ mod tests {
                 "etc/sysctl.d",
                 "etc/systemd",
                 "etc/systemd/system",
+                "etc/systemd/system/multi-user.target.wants",
                 "etc/unbounded",
                 "etc/unbounded/agent",
                 "etc/unbounded/agent/config.json",

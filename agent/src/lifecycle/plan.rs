@@ -69,6 +69,8 @@ pub enum Step {
     PrepareRootfs,
     /// Stage `starting-node`: network → machine → LocalDNS ready → containerd → images → kubelet.
     StartNode,
+    /// Stage `installing-daemon`: the agent daemon's unit and credentials (removed without them).
+    InstallDaemon,
     /// Applied config and its sidecar, install state `complete` with the manifest.
     Commit,
     /// A finished node with the same config: start what does not run.
@@ -94,6 +96,7 @@ impl Step {
             Step::PrepareHost => "preparing-host",
             Step::PrepareRootfs => "preparing-rootfs",
             Step::StartNode => "starting-node",
+            Step::InstallDaemon => "installing-daemon",
             Step::Commit => "commit",
             Step::EnsureRunning => "ensure-running",
             Step::RenderLocalDns => "render-localdns",
@@ -148,10 +151,11 @@ pub enum Refusal {
     OtherTarget { recorded: Slot, asked: Slot },
 }
 
-const INSTALL: [Step; 4] = [
+const INSTALL: [Step; 5] = [
     Step::PrepareHost,
     Step::PrepareRootfs,
     Step::StartNode,
+    Step::InstallDaemon,
     Step::Commit,
 ];
 const REBOOT: [Step; 3] = [Step::RenderLocalDns, Step::StopNode, Step::StartNode];

@@ -2,7 +2,8 @@
 //! manifest has and the new one lacks removed, and only what must restart restarted — LocalDNS
 //! turned off takes down its host network and machine units (kubelet back on
 //! `Cluster.ClusterDNS`); turned on, it installs CoreDNS and brings everything back; changed, it
-//! restarts `localdns.service` and re-applies the NOTRACK table. Running pods keep running:
+//! restarts `localdns.service` and re-applies the NOTRACK table. The agent daemon is installed,
+//! kept or removed as the new config's `Daemon` section says. Running pods keep running:
 //! kubelet restarts, containers do not.
 
 use std::path::{Path, PathBuf};
@@ -157,6 +158,8 @@ pub fn run(exec: &mut Executor) -> Result<(), StartError> {
         )?;
         exec.line("restarted kubelet.service");
     }
+    // The daemon as the new config has it (unchanged: left running).
+    exec.install_daemon()?;
     Ok(())
 }
 

@@ -1,11 +1,14 @@
 //! What one machine's agent daemon may read, as Kubernetes objects: the ServiceAccount it runs as
 //! (`unbounded-system/agent-<machine>`), a ClusterRole naming only its Machine, its
-//! MachineConfiguration and its Node, and the binding between them. What every daemon may do with
+//! MachineConfiguration and its Node, and the binding between them; a Role in that namespace that
+//! lets it request new tokens for itself only (the daemon renews its token), and its binding. What every daemon may do with
 //! MachineOperations, and the admission policy that keeps it to its own, are static
 //! (`deploy/rbac/agent-daemon.yaml`); docs/operations.md.
 
 use k8s_openapi::api::core::v1::ServiceAccount;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
+use k8s_openapi::api::rbac::v1::{
+    ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
+};
 use kube::api::ObjectMeta;
 
 use super::Machine;
@@ -26,6 +29,9 @@ pub struct DaemonAccess {
     pub service_account: ServiceAccount,
     pub role: ClusterRole,
     pub binding: ClusterRoleBinding,
+    /// `create` on `serviceaccounts/token` of its own ServiceAccount only.
+    pub token_role: Role,
+    pub token_binding: RoleBinding,
 }
 
 fn rule(group: &str, resource: &str, verbs: &[&str], names: &[String]) -> PolicyRule {
@@ -83,7 +89,40 @@ pub fn for_machine(machine: &Machine) -> DaemonAccess {
         rules.push(versions);
     }
     rules.push(rule("", "nodes", &["get", "watch"], &[node]));
+    let subject = Subject {
+        kind: "ServiceAccount".into(),
+        name: account.clone(),
+        namespace: Some(NAMESPACE.to_string()),
+        api_group: None,
+    };
+    let namespaced = |name: &str| ObjectMeta {
+        name: Some(name.to_string()),
+        namespace: Some(NAMESPACE.to_string()),
+        labels: labels.clone(),
+        ..Default::default()
+    };
+    let token_role_name = format!("unbounded-agent-daemon-token:{name}");
+    let token_role = Role {
+        metadata: namespaced(&token_role_name),
+        rules: Some(vec![rule(
+            "",
+            "serviceaccounts/token",
+            &["create"],
+            std::slice::from_ref(&account),
+        )]),
+    };
+    let token_binding = RoleBinding {
+        metadata: namespaced(&token_role_name),
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "Role".into(),
+            name: token_role_name.clone(),
+        },
+        subjects: Some(vec![subject.clone()]),
+    };
     DaemonAccess {
+        token_role,
+        token_binding,
         service_account: ServiceAccount {
             metadata: ObjectMeta {
                 name: Some(account.clone()),
@@ -113,18 +152,13 @@ pub fn for_machine(machine: &Machine) -> DaemonAccess {
                 kind: "ClusterRole".into(),
                 name: role_name,
             },
-            subjects: Some(vec![Subject {
-                kind: "ServiceAccount".into(),
-                name: account,
-                namespace: Some(NAMESPACE.to_string()),
-                api_group: None,
-            }]),
+            subjects: Some(vec![subject]),
         },
     }
 }
 
 impl DaemonAccess {
-    /// The three objects as one YAML stream (`kubectl apply -f -`), with `apiVersion` and `kind`.
+    /// The five objects as one YAML stream (`kubectl apply -f -`), with `apiVersion` and `kind`.
     pub fn to_yaml(&self) -> Result<String, serde_yaml_ng::Error> {
         fn doc<T: serde::Serialize + k8s_openapi::Resource>(
             object: &T,
@@ -134,7 +168,14 @@ impl DaemonAccess {
             value["kind"] = T::KIND.into();
             serde_yaml_ng::to_string(&value)
         }
-        Ok([doc(&self.service_account)?, doc(&self.role)?, doc(&self.binding)?].join("---\n"))
+        Ok([
+            doc(&self.service_account)?,
+            doc(&self.role)?,
+            doc(&self.binding)?,
+            doc(&self.token_role)?,
+            doc(&self.token_binding)?,
+        ]
+        .join("---\n"))
     }
 }
 
@@ -194,6 +235,18 @@ mod tests {
             ("ServiceAccount", "agent-m1")
         );
         assert_eq!(access.binding.role_ref.name, "unbounded-agent-daemon:m1");
+        let token_rules = access.token_role.rules.clone().unwrap();
+        assert_eq!(
+            names(&token_rules, "serviceaccounts/token"),
+            Some(vec!["agent-m1".into()])
+        );
+        assert_eq!(token_rules[0].verbs, ["create"]);
+        assert_eq!(access.token_role.metadata.namespace.as_deref(), Some(NAMESPACE));
+        assert_eq!(access.token_binding.role_ref.kind, "Role");
+        assert_eq!(
+            access.token_binding.subjects.as_ref().unwrap()[0].name,
+            "agent-m1"
+        );
     }
 
     #[test]
@@ -209,7 +262,7 @@ mod tests {
     }
 
     #[test]
-    fn yaml_has_three_documents_with_kinds() {
+    fn yaml_has_five_documents_with_kinds() {
         let yaml = for_machine(&Machine::new("m3", MachineSpec::default()))
             .to_yaml()
             .unwrap();
@@ -222,6 +275,15 @@ mod tests {
                     .to_string()
             })
             .collect();
-        assert_eq!(kinds, ["ServiceAccount", "ClusterRole", "ClusterRoleBinding"]);
+        assert_eq!(
+            kinds,
+            [
+                "ServiceAccount",
+                "ClusterRole",
+                "ClusterRoleBinding",
+                "Role",
+                "RoleBinding"
+            ]
+        );
     }
 }

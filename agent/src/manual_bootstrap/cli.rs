@@ -59,6 +59,10 @@ pub struct ManualBootstrapArgs {
     /// file:// URL.
     #[arg(long, value_name = "SRC")]
     pub offline_artifacts_source: Option<String>,
+    /// Install the agent daemon (`Daemon.Token`): applies the Machine's daemon access and puts a
+    /// 24-hour token of its ServiceAccount in the config; the daemon renews it.
+    #[arg(long)]
+    pub daemon: bool,
 }
 
 #[cfg(test)]

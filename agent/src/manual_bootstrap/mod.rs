@@ -4,12 +4,14 @@
 //!
 //! One job per file: [`cli`] the command line, [`flags`] checks the flag values, [`cluster`] the
 //! reads from the API server, [`token`] the bootstrap token and its Secret, [`token_store`]
-//! choosing or creating it, [`assemble`] the agent config, [`script`] the script, [`error`] why
+//! choosing or creating it, [`daemon_token`] the daemon's access and token (`--daemon`),
+//! [`assemble`] the agent config, [`script`] the script, [`error`] why
 //! it fails.
 
 pub mod assemble;
 pub mod cli;
 pub mod cluster;
+pub mod daemon_token;
 pub mod error;
 pub mod flags;
 pub mod script;
@@ -47,10 +49,21 @@ pub async fn run(args: &ManualBootstrapArgs) -> Result<Outcome, ManualBootstrapE
     let template = cluster.template_for(&machine).await?;
     let facts = cluster.facts().await?;
     let chosen = token_store::choose(&cluster, &machine, Timestamp::now()).await?;
-    let raw = assemble::agent_config(&facts, &machine, template.as_ref(), &chosen.token, &overrides);
+    let mut raw = assemble::agent_config(&facts, &machine, template.as_ref(), &chosen.token, &overrides);
+    let mut token_note = chosen.note();
+    if args.daemon {
+        let token = daemon_token::provision(&cluster, &machine).await?;
+        raw.daemon = Some(crate::config::DaemonConfig { token: Some(token) });
+        token_note.push_str(&format!(
+            "; the daemon's token (ServiceAccount {}/{}) is valid for {} h, then the daemon renews it",
+            crate::machina::daemon_access::NAMESPACE,
+            crate::machina::daemon_access::service_account_name(&args.machine),
+            daemon_token::TOKEN_SECS / 3600
+        ));
+    }
     let json = assemble::checked_json(&raw)?;
     Ok(Outcome {
         script: script::render(&json, &args.machine, &script::Target::default()),
-        token_note: chosen.note(),
+        token_note,
     })
 }

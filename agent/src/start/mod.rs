@@ -8,11 +8,14 @@
 //! 2. `preparing-rootfs` ([`rootfs`]): the machine rootfs, binaries, image archives and every
 //!    file of the node ([`plan::node_files`]);
 //! 3. `starting-node` ([`node`]): network → machine → LocalDNS ready → containerd → images → kubelet;
-//! 4. `complete`, with the applied config's `.sha256` sidecar.
+//! 4. `installing-daemon` ([`daemon_unit`]): the agent daemon's host unit and credentials, when the
+//!    config has a `Daemon` section;
+//! 5. `complete`, with the applied config's `.sha256` sidecar.
 //!
 //! Preflight runs first when nothing of the node runs yet; failing checks stop `start` with
 //! their report and nothing changed. A second `start` with the same config changes nothing.
 
+pub mod daemon_unit;
 pub mod error;
 pub mod files;
 pub mod host;

@@ -32,6 +32,16 @@ pub struct Config {
     pub host_prefix: UnitPath,
     /// `None` when `LocalDNS.Enabled` is false or absent.
     pub local_dns: Option<LocalDns>,
+    /// `None` when the config has no `Daemon` section: `start` installs no daemon.
+    pub daemon: Option<Daemon>,
+}
+
+/// The `Daemon` section, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Daemon {
+    /// `Daemon.Token`, trimmed: a token of `unbounded-system/agent-<MachineName>`.
+    pub token: String,
+    pub claims: crate::service_account_token::Claims,
 }
 
 #[derive(Debug, Clone, PartialEq)]

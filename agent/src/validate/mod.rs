@@ -139,6 +139,34 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
         _ => None,
     };
 
+    let daemon = raw.daemon.as_ref().and_then(|d| {
+        let token = required(d.token.as_deref(), "Daemon.Token", &mut p)?;
+        let account = crate::machina::daemon_access::service_account_name(
+            machine_name.as_ref().map_or("<MachineName>", |m| m.as_str()),
+        );
+        let wanted =
+            crate::service_account_token::subject(crate::machina::daemon_access::NAMESPACE, &account);
+        let claims = check(
+            crate::service_account_token::claims(token).map_err(|e| format!("the token {e}")),
+            "Daemon.Token",
+            &mut p,
+        )?;
+        if claims.subject != wanted {
+            p.push(
+                "Daemon.Token",
+                format!(
+                    "is a token of {:?}; the daemon of this machine runs as {wanted:?}",
+                    claims.subject
+                ),
+            );
+            return None;
+        }
+        Some(Daemon {
+            token: token.trim().to_owned(),
+            claims,
+        })
+    });
+
     if !p.is_empty() {
         return Err(p);
     }
@@ -162,6 +190,7 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
         offline_source,
         host_prefix,
         local_dns,
+        daemon,
     })
 }
 

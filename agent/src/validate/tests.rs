@@ -224,3 +224,38 @@ fn the_example_in_the_configuration_docs_is_valid() {
         panic!("the example in docs/configuration.md is not a valid config:\n{p}");
     }
 }
+
+fn daemon_token(sub: &str) -> String {
+    crate::service_account_token::tests::jwt(json!({"sub": sub, "iat": 100, "exp": 3700}))
+}
+
+#[test]
+fn a_daemon_section_gives_its_token_and_claims() {
+    let token = daemon_token("system:serviceaccount:unbounded-system:agent-node1");
+    let c = checked(json!({"Daemon": {"Token": format!(" {token}\n")}}));
+    let d = c.daemon.unwrap();
+    assert_eq!(d.token, token);
+    assert_eq!((d.claims.issued_at, d.claims.expires_at), (100, 3700));
+    assert_eq!(checked(json!({})).daemon, None);
+}
+
+#[rstest]
+#[case::empty(json!({"Token": ""}), "Daemon.Token: must not be empty")]
+#[case::missing(json!({}), "Daemon.Token: is required")]
+#[case::not_jwt(json!({"Token": "abcdef.0123456789abcdef"}), "Daemon.Token: the token is not a JWT")]
+#[case::another_machine(json!({"Token": daemon_token("system:serviceaccount:unbounded-system:agent-m2")}), "Daemon.Token: is a token of \"system:serviceaccount:unbounded-system:agent-m2\"; the daemon of this machine runs as \"system:serviceaccount:unbounded-system:agent-node1\"")]
+#[case::a_user(json!({"Token": daemon_token("kubernetes-admin")}), "Daemon.Token: the token belongs to \"kubernetes-admin\", not to a ServiceAccount")]
+fn a_daemon_token_that_is_not_this_machines_is_refused(#[case] daemon: Value, #[case] wanted: &str) {
+    let p = problems(json!({"Daemon": daemon}));
+    assert!(p.iter().any(|l| l.starts_with(wanted)), "{p:?}");
+}
+
+#[test]
+fn the_daemon_token_follows_the_machine_name() {
+    let token = daemon_token("system:serviceaccount:unbounded-system:agent-m7");
+    assert!(
+        checked(json!({"MachineName": "m7", "Daemon": {"Token": token}}))
+            .daemon
+            .is_some()
+    );
+}

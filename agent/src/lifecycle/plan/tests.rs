@@ -56,11 +56,12 @@ fn planned(
     plan(&Observed { state, repave: None }, &desired, op).map(|s| names(&s))
 }
 
-const FULL_INSTALL: [&str; 5] = [
+const FULL_INSTALL: [&str; 6] = [
     "preflight",
     "preparing-host",
     "preparing-rootfs",
     "starting-node",
+    "installing-daemon",
     "commit",
 ];
 
@@ -68,8 +69,9 @@ const FULL_INSTALL: [&str; 5] = [
 #[case::fresh_host(None, A, &FULL_INSTALL)]
 #[case::killed_preparing_host(state(Stage::PreparingHost, A), A, &FULL_INSTALL)]
 #[case::killed_preparing_rootfs(state(Stage::PreparingRootfs, A), A,
-    &["preflight", "preparing-rootfs", "starting-node", "commit"])]
-#[case::killed_starting_node(state(Stage::StartingNode, A), A, &["starting-node", "commit"])]
+    &["preflight", "preparing-rootfs", "starting-node", "installing-daemon", "commit"])]
+#[case::killed_starting_node(state(Stage::StartingNode, A), A, &["starting-node", "installing-daemon", "commit"])]
+#[case::killed_installing_daemon(state(Stage::InstallingDaemon, A), A, &["installing-daemon", "commit"])]
 #[case::killed_with_another_config(state(Stage::StartingNode, B), A, &FULL_INSTALL)]
 #[case::finished_same_config(state(Stage::Complete, A), A, &["ensure-running"])]
 fn start_plans(#[case] s: Option<InstallState>, #[case] sha: &str, #[case] want: &[&str]) {

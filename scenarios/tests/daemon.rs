@@ -1,0 +1,306 @@
+//! The agent daemon on a joined LocalDNS node, driven through the Machina API (docs/operations.md):
+//! the node's Machine and the daemon's own access are created in the lab's cluster, `apply` with
+//! a `Daemon` token installs `unbounded-agent-daemon.service` on the host, a `NodeReboot`
+//! MachineOperation reboots the node (status `Complete`, the Node's `bootID` changed, Ready, a
+//! pod resolving through the cluster listener), a second `apply` leaves the running daemon alone,
+//! and an `AgentReset` MachineOperation removes the agent from the host, the daemon last.
+//!
+//! One case on a resumed node (no join of its own). Opt-in like the lifecycle scenarios:
+//! `cargo nextest run -p scenarios --profile lifecycle` (docs/perf.md).
+
+use std::time::{Duration, Instant};
+
+use agent::machina::daemon_access::{self, NAMESPACE};
+use agent::machina::machine_operation::{
+    MachineOperation, MachineOperationSpec, MachineOperationStatus, OperationKind, OperationPhase,
+};
+use agent::machina::{Machine, MachineSpec};
+use anyhow::{Context, ensure};
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use kube::api::{Api, PostParams};
+use scenarios::cluster::wait_node_ready;
+use scenarios::dns::CLUSTER_LISTENER;
+use scenarios::lifecycle::{agent, node_boot_id, wait_new_boot_id};
+use scenarios::node::JoinedNode;
+use scenarios::pod_dns::a_cluster_first_pod_resolves_the_kubernetes_service_through;
+
+const CONFIG: &str = harness::deploy::plan::GUEST_CONFIG;
+const CONFIG_WITH_DAEMON: &str = "/etc/unbounded/agent/config-daemon.json";
+const UNIT: &str = agent::paths::DAEMON_UNIT_NAME;
+
+fn node_config() -> std::path::PathBuf {
+    harness::evidence::repo_root().join("node-configs/localdns.json")
+}
+
+#[test]
+fn the_daemon_installed_by_apply_reboots_and_resets_its_node_through_machine_operations() -> anyhow::Result<()>
+{
+    JoinedNode::run_case(&node_config(), |node| {
+        let name = node.deployed.name.clone();
+        node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
+        let machine = machine_name(node)?;
+        let token = give_the_daemon_its_access(node, &machine)?;
+        install_the_daemon_with_apply(node, &token)?;
+        a_node_reboot_operation_reboots_the_node(node, &machine)?;
+        a_second_apply_leaves_the_daemon_running(node)?;
+        an_agent_reset_operation_removes_the_agent(node, &machine)
+    })
+}
+
+/// The node's Machine name: the config's `MachineName`, else its `NodeName`.
+fn machine_name(node: &JoinedNode) -> anyhow::Result<String> {
+    let config: serde_json::Value = serde_json::from_str(&node.vm.run(&format!("cat {CONFIG}"))?)
+        .with_context(|| format!("{CONFIG} on the node is not JSON"))?;
+    config
+        .get("MachineName")
+        .or_else(|| config.get("NodeName"))
+        .and_then(|v| v.as_str())
+        .map(str::to_owned)
+        .with_context(|| format!("{CONFIG} names neither MachineName nor NodeName"))
+}
+
+/// Creates the Machine and the daemon's access (what `kubectl unbounded machine daemon-access`
+/// prints) and returns a one-hour token of its ServiceAccount.
+fn give_the_daemon_its_access(node: &JoinedNode, machine: &str) -> anyhow::Result<String> {
+    let client = node.client.clone();
+    node.block_on(async {
+        let pp = PostParams::default();
+        let object = Machine::new(machine, MachineSpec::default());
+        Api::<Machine>::all(client.clone())
+            .create(&pp, &object)
+            .await
+            .with_context(|| format!("creating Machine {machine}"))?;
+        let access = daemon_access::for_machine(&object);
+        Api::<ServiceAccount>::namespaced(client.clone(), NAMESPACE)
+            .create(&pp, &access.service_account)
+            .await
+            .context("creating the daemon's ServiceAccount")?;
+        Api::<ClusterRole>::all(client.clone())
+            .create(&pp, &access.role)
+            .await
+            .context("creating the daemon's ClusterRole")?;
+        Api::<ClusterRoleBinding>::all(client.clone())
+            .create(&pp, &access.binding)
+            .await
+            .context("creating the daemon's ClusterRoleBinding")?;
+        Api::<Role>::namespaced(client.clone(), NAMESPACE)
+            .create(&pp, &access.token_role)
+            .await
+            .context("creating the daemon's token Role")?;
+        Api::<RoleBinding>::namespaced(client.clone(), NAMESPACE)
+            .create(&pp, &access.token_binding)
+            .await
+            .context("creating the daemon's token RoleBinding")?;
+        let request = TokenRequest {
+            spec: TokenRequestSpec {
+                expiration_seconds: Some(3600),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let account = daemon_access::service_account_name(machine);
+        let answer = Api::<ServiceAccount>::namespaced(client, NAMESPACE)
+            .create_token_request(&account, &pp, &request)
+            .await
+            .with_context(|| format!("requesting a token for {NAMESPACE}/{account}"))?;
+        answer
+            .status
+            .map(|s| s.token)
+            .filter(|t| !t.is_empty())
+            .context("the TokenRequest came back without a token")
+    })
+}
+
+/// The node's config with `Daemon.Token` added, applied in place: the daemon's unit is installed,
+/// enabled and running, its credentials private.
+fn install_the_daemon_with_apply(node: &JoinedNode, token: &str) -> anyhow::Result<()> {
+    let mut config: serde_json::Value = serde_json::from_str(&node.vm.run(&format!("cat {CONFIG}"))?)?;
+    config["Daemon"] = serde_json::json!({ "Token": token });
+    node.vm.write_file(
+        CONFIG_WITH_DAEMON,
+        serde_json::to_string_pretty(&config)?.as_bytes(),
+        0o600,
+    )?;
+    let out = agent(node, &format!("apply --config {CONFIG_WITH_DAEMON}"))?;
+    ensure!(
+        out.contains(&format!("daemon: {UNIT} enabled, restarted")),
+        "apply did not install and start the daemon:\n{out}"
+    );
+    let active = node
+        .vm
+        .run_unchecked(&format!("systemctl is-active {UNIT}"))?
+        .stdout_text();
+    ensure!(active.trim() == "active", "{UNIT} is {active:?} after apply");
+    let modes = node.vm.run(&format!(
+        "stat -c '%a %n' {} {}",
+        agent::paths::DAEMON_KUBECONFIG,
+        agent::paths::DAEMON_TOKEN
+    ))?;
+    ensure!(
+        modes.lines().all(|l| l.starts_with("600 ")),
+        "the daemon's credentials are not private:\n{modes}"
+    );
+    wait_for_journal(node, "daemon started")?;
+    eprintln!("==> daemon installed by apply and running");
+    Ok(())
+}
+
+/// Waits until the daemon's journal holds `needle`.
+fn wait_for_journal(node: &JoinedNode, needle: &str) -> anyhow::Result<()> {
+    let deadline = Instant::now() + node.deadline(1);
+    loop {
+        let journal = node
+            .vm
+            .run_unchecked(&format!("journalctl -u {UNIT} --no-pager -o cat"))?
+            .stdout_text();
+        if journal.contains(needle) {
+            return Ok(());
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "the daemon's journal never said {needle:?}:\n{journal}"
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+fn operation(name: &str, machine: &str, kind: OperationKind) -> MachineOperation {
+    MachineOperation::new(
+        name,
+        MachineOperationSpec {
+            machine_ref: Some(machine.to_owned()),
+            machine_selector: None,
+            operation_kind: kind,
+            parameters: Default::default(),
+            ttl_seconds_after_finished: None,
+        },
+    )
+}
+
+/// Creates `op` and waits until its status is `Complete` (failing at once on `Failed`).
+fn run_operation(
+    node: &JoinedNode,
+    op: MachineOperation,
+    deadline: Duration,
+) -> anyhow::Result<MachineOperationStatus> {
+    let name = op.metadata.name.clone().unwrap_or_default();
+    let started = Instant::now();
+    let ops: Api<MachineOperation> = Api::all(node.client.clone());
+    node.block_on(ops.create(&PostParams::default(), &op))
+        .with_context(|| format!("creating MachineOperation {name}"))?;
+    let mut last = None;
+    loop {
+        let status = node.block_on(ops.get(&name))?.status;
+        match status.as_ref().and_then(|s| s.phase) {
+            Some(OperationPhase::Complete) => {
+                let status = status.expect("a phase comes with a status");
+                eprintln!(
+                    "==> MachineOperation {name}: Complete in {:.1}s: {}",
+                    started.elapsed().as_secs_f64(),
+                    status.message.clone().unwrap_or_default()
+                );
+                return Ok(status);
+            }
+            Some(OperationPhase::Failed) => anyhow::bail!("MachineOperation {name} failed: {status:?}"),
+            _ => {}
+        }
+        if status != last {
+            eprintln!("==> MachineOperation {name}: {status:?}");
+            last = status;
+        }
+        ensure!(
+            started.elapsed() < deadline,
+            "MachineOperation {name} did not complete in {deadline:?}; last status {last:?}"
+        );
+        std::thread::sleep(Duration::from_secs(2));
+    }
+}
+
+/// `NodeReboot` → the daemon's managed reboot: `Complete`, the bootID changed, the Node Ready,
+/// a ClusterFirst pod resolving through the cluster listener.
+fn a_node_reboot_operation_reboots_the_node(node: &mut JoinedNode, machine: &str) -> anyhow::Result<()> {
+    let name = node.deployed.name.clone();
+    let old = node_boot_id(node)?;
+    ensure!(!old.is_empty(), "the Node reports no bootID before the reboot");
+    let status = run_operation(
+        node,
+        operation("reboot-by-daemon", machine, OperationKind::NodeReboot),
+        node.deadline(10),
+    )?;
+    ensure!(
+        status.started_at.is_some() && status.completed_at.is_some(),
+        "a finished operation has startedAt and completedAt: {status:?}"
+    );
+    let new = wait_new_boot_id(node, &old)?;
+    node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
+    eprintln!("==> NodeReboot: bootID {old} -> {new}, Node Ready");
+    a_cluster_first_pod_resolves_the_kubernetes_service_through(node, CLUSTER_LISTENER)
+}
+
+/// The same `apply` again: nothing of the daemon's changes and its process keeps running.
+fn a_second_apply_leaves_the_daemon_running(node: &JoinedNode) -> anyhow::Result<()> {
+    let pid = |node: &JoinedNode| -> anyhow::Result<String> {
+        Ok(node
+            .vm
+            .run(&format!("systemctl show -p MainPID --value {UNIT}"))?
+            .trim()
+            .to_owned())
+    };
+    let before = pid(node)?;
+    let out = agent(node, &format!("apply --config {CONFIG_WITH_DAEMON}"))?;
+    ensure!(
+        !out.contains("daemon: "),
+        "an apply with the same config touched the daemon:\n{out}"
+    );
+    let after = pid(node)?;
+    ensure!(
+        before == after && before != "0",
+        "the daemon's MainPID went {before} -> {after}"
+    );
+    Ok(())
+}
+
+/// `AgentReset` → `Complete`, then the daemon has ended and nothing of the agent's is left:
+/// `reset --dry-run` finds nothing, the unit is unknown, no machine runs.
+fn an_agent_reset_operation_removes_the_agent(node: &JoinedNode, machine: &str) -> anyhow::Result<()> {
+    let status = run_operation(
+        node,
+        operation("reset-by-daemon", machine, OperationKind::AgentReset),
+        node.deadline(5),
+    )?;
+    ensure!(
+        status
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("nothing of the agent's is left")),
+        "{status:?}"
+    );
+    let deadline = Instant::now() + node.deadline(1);
+    loop {
+        let state = node
+            .vm
+            .run_unchecked(&format!("systemctl show -p LoadState,ActiveState --value {UNIT}"))?
+            .stdout_text();
+        if state.split_whitespace().collect::<Vec<_>>() == ["not-found", "inactive"] {
+            break;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "{UNIT} is still there after the reset: {state:?}"
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let dry = node
+        .vm
+        .run(&format!("{} reset --dry-run 2>&1", node.deployed.guest_agent))?;
+    ensure!(
+        dry.contains("nothing of the agent's is on this host"),
+        "the reset left something:\n{dry}"
+    );
+    let machines = node.vm.run("machinectl list --no-legend")?;
+    ensure!(machines.trim().is_empty(), "machines still run: {machines}");
+    eprintln!("==> AgentReset: the daemon ended and nothing of the agent's is left");
+    Ok(())
+}
