@@ -2,8 +2,10 @@
 //! the node's Machine and the daemon's own access are created in the lab's cluster, `apply` with
 //! a `Daemon` token installs `unbounded-agent-daemon.service` on the host, a `NodeReboot`
 //! MachineOperation reboots the node (status `Complete`, the Node's `bootID` changed, Ready, a
-//! pod resolving through the cluster listener), a second `apply` leaves the running daemon alone,
-//! and an `AgentReset` MachineOperation removes the agent from the host, the daemon last.
+//! pod resolving through the cluster listener), a change of the Machine's `MachineConfiguration`
+//! turning LocalDNS off and then on again reaches the node as drift (applied in place by the
+//! daemon), a second `apply` leaves the running daemon alone, and an `AgentReset`
+//! MachineOperation removes the agent from the host, the daemon last.
 //!
 //! One case on a resumed node (no join of its own). Opt-in like the lifecycle scenarios:
 //! `cargo nextest run -p scenarios --profile lifecycle` (docs/perf.md).
@@ -14,14 +16,18 @@ use agent::machina::daemon_access::{self, NAMESPACE};
 use agent::machina::machine_operation::{
     MachineOperation, MachineOperationSpec, MachineOperationStatus, OperationKind, OperationPhase,
 };
-use agent::machina::{Machine, MachineSpec};
+use agent::machina::{
+    AgentSpec, LocalDnsSpec, Machine, MachineConfiguration, MachineConfigurationRef,
+    MachineConfigurationSpec, MachineConfigurationTemplate, MachineSpec,
+};
 use anyhow::{Context, ensure};
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use scenarios::cluster::wait_node_ready;
 use scenarios::dns::CLUSTER_LISTENER;
+use scenarios::host_state::ensure_localdns_absent;
 use scenarios::lifecycle::{agent, node_boot_id, wait_new_boot_id};
 use scenarios::node::JoinedNode;
 use scenarios::pod_dns::a_cluster_first_pod_resolves_the_kubernetes_service_through;
@@ -29,6 +35,8 @@ use scenarios::pod_dns::a_cluster_first_pod_resolves_the_kubernetes_service_thro
 const CONFIG: &str = harness::deploy::plan::GUEST_CONFIG;
 const CONFIG_WITH_DAEMON: &str = "/etc/unbounded/agent/config-daemon.json";
 const UNIT: &str = agent::paths::DAEMON_UNIT_NAME;
+/// The MachineConfiguration the node's Machine follows.
+const CONFIGURATION: &str = "daemon-lab";
 
 fn node_config() -> std::path::PathBuf {
     harness::evidence::repo_root().join("node-configs/localdns.json")
@@ -44,6 +52,7 @@ fn the_daemon_installed_by_apply_reboots_and_resets_its_node_through_machine_ope
         let token = give_the_daemon_its_access(node, &machine)?;
         install_the_daemon_with_apply(node, &token)?;
         a_node_reboot_operation_reboots_the_node(node, &machine)?;
+        a_configuration_change_turns_localdns_off_and_on_through_the_daemon(node, &machine)?;
         a_second_apply_leaves_the_daemon_running(node)?;
         an_agent_reset_operation_removes_the_agent(node, &machine)
     })
@@ -61,13 +70,47 @@ fn machine_name(node: &JoinedNode) -> anyhow::Result<String> {
         .with_context(|| format!("{CONFIG} names neither MachineName nor NodeName"))
 }
 
-/// Creates the Machine and the daemon's access (what `kubectl unbounded machine daemon-access`
-/// prints) and returns a one-hour token of its ServiceAccount.
+fn localdns(enabled: bool) -> Option<AgentSpec> {
+    Some(AgentSpec {
+        local_dns: Some(LocalDnsSpec {
+            enabled: Some(enabled),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+}
+
+/// Creates the MachineConfiguration (LocalDNS on, as the node runs), the Machine following it and
+/// the daemon's access (what `kubectl unbounded machine daemon-access` prints), and returns a
+/// one-hour token of its ServiceAccount.
 fn give_the_daemon_its_access(node: &JoinedNode, machine: &str) -> anyhow::Result<String> {
     let client = node.client.clone();
     node.block_on(async {
         let pp = PostParams::default();
-        let object = Machine::new(machine, MachineSpec::default());
+        let configuration = MachineConfiguration::new(
+            CONFIGURATION,
+            MachineConfigurationSpec {
+                template: MachineConfigurationTemplate {
+                    agent: localdns(true),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        );
+        Api::<MachineConfiguration>::all(client.clone())
+            .create(&pp, &configuration)
+            .await
+            .with_context(|| format!("creating MachineConfiguration {CONFIGURATION}"))?;
+        let object = Machine::new(
+            machine,
+            MachineSpec {
+                configuration_ref: Some(MachineConfigurationRef {
+                    name: CONFIGURATION.into(),
+                    version: None,
+                }),
+                ..Default::default()
+            },
+        );
         Api::<Machine>::all(client.clone())
             .create(&pp, &object)
             .await
@@ -237,6 +280,97 @@ fn a_node_reboot_operation_reboots_the_node(node: &mut JoinedNode, machine: &str
     node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
     eprintln!("==> NodeReboot: bootID {old} -> {new}, Node Ready");
     a_cluster_first_pod_resolves_the_kubernetes_service_through(node, CLUSTER_LISTENER)
+}
+
+/// The MachineConfiguration's template turns LocalDNS off: the daemon applies it in place (nothing
+/// of LocalDNS left, the machine resolving through the host's resolver, pods through
+/// `Cluster.ClusterDNS`); then on again: a pod resolves through the cluster listener. The
+/// Machine's `ConfigDrift` condition says each was applied.
+fn a_configuration_change_turns_localdns_off_and_on_through_the_daemon(
+    node: &mut JoinedNode,
+    machine: &str,
+) -> anyhow::Result<()> {
+    let config: serde_json::Value = serde_json::from_str(&node.vm.run(&format!("cat {CONFIG}"))?)?;
+    let cluster_dns: std::net::Ipv4Addr = config["Cluster"]["ClusterDNS"]
+        .as_str()
+        .context("the config has no Cluster.ClusterDNS")?
+        .parse()?;
+    for enabled in [false, true] {
+        let started = Instant::now();
+        set_localdns_in_the_configuration(node, enabled)?;
+        wait_until_applied(node, machine, enabled)?;
+        eprintln!(
+            "==> MachineConfiguration LocalDNS {}: applied by the daemon in {:.1}s",
+            if enabled { "on" } else { "off" },
+            started.elapsed().as_secs_f64()
+        );
+        let name = node.deployed.name.clone();
+        node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
+        if enabled {
+            a_cluster_first_pod_resolves_the_kubernetes_service_through(node, CLUSTER_LISTENER)?;
+        } else {
+            ensure_localdns_absent(&node.vm, &node.machine()?)?;
+            a_cluster_first_pod_resolves_the_kubernetes_service_through(node, cluster_dns)?;
+        }
+    }
+    Ok(())
+}
+
+fn set_localdns_in_the_configuration(node: &JoinedNode, enabled: bool) -> anyhow::Result<()> {
+    let patch = Patch::Merge(serde_json::json!({
+        "spec": {"template": {"agent": {"localDNS": {"enabled": enabled}}}}
+    }));
+    node.block_on(Api::<MachineConfiguration>::all(node.client.clone()).patch(
+        CONFIGURATION,
+        &PatchParams::default(),
+        &patch,
+    ))
+    .with_context(|| format!("patching MachineConfiguration {CONFIGURATION}"))?;
+    Ok(())
+}
+
+/// Waits until the active slot's applied config has LocalDNS `enabled`, no operation is under way
+/// and the Machine's `ConfigDrift` condition says `Applied`.
+fn wait_until_applied(node: &JoinedNode, machine: &str, enabled: bool) -> anyhow::Result<()> {
+    let deadline = Instant::now() + node.deadline(10);
+    let machines: Api<Machine> = Api::all(node.client.clone());
+    loop {
+        let slot = node.machine()?;
+        let applied = node
+            .vm
+            .run_unchecked(&format!("cat /etc/unbounded/agent/{slot}-applied-config.json"))?
+            .stdout_text();
+        let state = node
+            .vm
+            .run_unchecked(&format!("cat {}", agent::paths::INSTALL_STATE))?
+            .stdout_text();
+        let applied_enabled = serde_json::from_str::<serde_json::Value>(&applied)
+            .ok()
+            .and_then(|v| v["LocalDNS"]["Enabled"].as_bool());
+        let idle = serde_json::from_str::<serde_json::Value>(&state)
+            .ok()
+            .is_some_and(|v| v.get("operation").is_none() && v["stage"] == "complete");
+        let condition = node
+            .block_on(machines.get(machine))?
+            .status
+            .and_then(|s| s.conditions.into_iter().find(|c| c.type_ == "ConfigDrift"));
+        let applied_condition = condition.as_ref().is_some_and(|c| c.reason == "Applied");
+        if applied_enabled == Some(enabled) && idle && applied_condition {
+            return Ok(());
+        }
+        if let Some(c) = condition.as_ref().filter(|c| c.status == "False") {
+            anyhow::bail!(
+                "the daemon did not apply LocalDNS enabled={enabled}: {}",
+                c.message
+            );
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "LocalDNS enabled={enabled} never reached the node: applied LocalDNS.Enabled {applied_enabled:?}, \
+             idle {idle}, ConfigDrift {condition:?}"
+        );
+        std::thread::sleep(Duration::from_secs(3));
+    }
 }
 
 /// The same `apply` again: nothing of the daemon's changes and its process keeps running.

@@ -17,4 +17,10 @@ pub enum DaemonError {
     NoMachine(String),
     #[error(transparent)]
     AppliedConfig(#[from] super::applied::AppliedConfigError),
+    #[error("writing {path}: {source}")]
+    Write {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }

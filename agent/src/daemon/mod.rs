@@ -9,9 +9,13 @@
 //! * [`status`] (pure): the status of an operation entering `InProgress`, `Complete` or `Failed`;
 //! * [`node_watch`] (pure): its Node deleted with `updateStrategy: OnDelete` → repave;
 //! * [`renew`]: the token renewed through the TokenRequest API before it expires;
+//! * [`drift`] (pure): the config its Machine and configuration ask for against the applied one;
+//! * [`act_on_drift`]: `apply` in place or a repave when they differ, reported in the Machine's status;
 //! * [`run`]: the loop against the API server (list, act, watch until something changes).
 
+pub mod act_on_drift;
 pub mod applied;
+pub mod drift;
 pub mod error;
 pub mod node_watch;
 pub mod renew;

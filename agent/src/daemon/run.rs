@@ -13,6 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, WatchParams};
 
+use super::act_on_drift::DriftMemory;
 use super::error::DaemonError;
 use super::node_watch::{self, NodeMemory};
 use super::select::{self, Me};
@@ -52,9 +53,9 @@ pub enum Ended {
 
 /// The daemon, connected.
 pub struct Daemon {
-    client: kube::Client,
+    pub(super) client: kube::Client,
     server: String,
-    settings: Settings,
+    pub(super) settings: Settings,
     /// The kubeconfig's token file, which the daemon renews ([`super::renew`]).
     token_file: Option<PathBuf>,
 }
@@ -122,7 +123,7 @@ impl Daemon {
         })
     }
 
-    fn api_err(&self, what: impl Into<String>) -> impl FnOnce(kube::Error) -> DaemonError + '_ {
+    pub(super) fn api_err(&self, what: impl Into<String>) -> impl FnOnce(kube::Error) -> DaemonError + '_ {
         let what = what.into();
         move |source| DaemonError::Api {
             what,
@@ -194,6 +195,7 @@ impl Daemon {
         super::applied::check(&self.settings.root)?;
         tracing::info!(machine = %self.settings.machine, server = %self.server, "daemon started");
         let mut node_memory = NodeMemory::default();
+        let mut drift_memory = DriftMemory::default();
         loop {
             let (me, machine) = self.me().await?;
             let generation = machine.metadata.generation;
@@ -211,7 +213,8 @@ impl Daemon {
             }
             let node = node_watch::node_name(&machine);
             let node_version = self.node_version(&node).await?;
-            let strategy = node_watch::strategy(self.configuration(&machine).await?.as_ref());
+            let configuration = self.configuration(&machine).await?;
+            let strategy = node_watch::strategy(configuration.as_ref());
             if node_version.is_some() && !node_memory.seen {
                 tracing::info!("its Node {node} is registered: deleting it will repave this machine");
             }
@@ -219,6 +222,7 @@ impl Daemon {
                 self.repave_for_deleted_node(&node).await?;
                 continue;
             }
+            self.act_on_drift(&machine, &mut drift_memory).await?;
             if self.settings.once {
                 return Ok(Ended::Idle);
             }
@@ -226,10 +230,41 @@ impl Daemon {
             let version = list.metadata.resource_version.unwrap_or_default();
             let nodes = Api::<Node>::all(self.client.clone());
             let this_node = Some(format!("metadata.name={node}"));
+            let machines = Api::<Machine>::all(self.client.clone());
+            let this_machine = Some(format!("metadata.name={}", self.settings.machine));
+            let machine_version = machine.metadata.resource_version.clone().unwrap_or_default();
+            let (configurations, configuration_version, this_configuration) = match &configuration {
+                Some(c) => (
+                    Some(Api::<MachineConfiguration>::all(self.client.clone())),
+                    c.metadata.resource_version.clone().unwrap_or_default(),
+                    Some(format!(
+                        "metadata.name={}",
+                        c.metadata.name.clone().unwrap_or_default()
+                    )),
+                ),
+                None => (None, String::new(), None),
+            };
+            let configuration_changed = async {
+                match configurations {
+                    Some(api) => {
+                        self.until_changed(
+                            api,
+                            "its MachineConfiguration",
+                            &configuration_version,
+                            wait,
+                            this_configuration,
+                        )
+                        .await
+                    }
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 _ = self.until_changed(self.operations(), "MachineOperations", &version, wait, None) => {}
                 // From the Node's own version; when it is absent, from now (its creation is a change).
                 _ = self.until_changed(nodes, "its Node", node_version.as_deref().unwrap_or_default(), wait, this_node) => {}
+                _ = self.until_changed(machines, "its Machine", &machine_version, wait, this_machine) => {}
+                _ = configuration_changed => {}
             }
         }
     }
@@ -270,17 +305,17 @@ impl Daemon {
         }
     }
 
-    /// Writes the Machine's status: `phase`, `message`, and the `NodeDeletedRepave` condition.
-    async fn write_machine_status(
+    /// Writes the Machine's status: `phase`, `message`, and one condition `(type, status, reason)`.
+    pub(super) async fn write_machine_status(
         &self,
         phase: MachinePhase,
         message: &str,
-        condition: (&str, &str),
+        condition: (&str, &str, &str),
     ) -> Result<(), DaemonError> {
         let name = &self.settings.machine;
-        let (status, reason) = condition;
+        let (type_, status, reason) = condition;
         let condition = Condition {
-            type_: "NodeDeletedRepave".into(),
+            type_: type_.into(),
             status: status.into(),
             reason: reason.into(),
             message: message.into(),
@@ -303,28 +338,44 @@ impl Daemon {
         let message =
             format!("the Node {node} was deleted (updateStrategy OnDelete): repaving to the other slot");
         tracing::info!("{message}");
-        self.write_machine_status(MachinePhase::Provisioning, &message, ("Unknown", "Repaving"))
-            .await?;
-        match self.run_lifecycle(Operation::Repave { to: None }).await {
+        self.write_machine_status(
+            MachinePhase::Provisioning,
+            &message,
+            ("NodeDeletedRepave", "Unknown", "Repaving"),
+        )
+        .await?;
+        match self.run_lifecycle(Operation::Repave { to: None }, None).await {
             Ok(done) => {
                 let message = format!("repaved after the Node {node} was deleted: {done}");
                 tracing::info!("{message}");
-                self.write_machine_status(MachinePhase::Joining, &message, ("True", "Repaved"))
-                    .await
+                self.write_machine_status(
+                    MachinePhase::Joining,
+                    &message,
+                    ("NodeDeletedRepave", "True", "Repaved"),
+                )
+                .await
             }
             Err(failed) => {
                 let message = format!("repaving after the Node {node} was deleted failed: {failed}");
                 tracing::error!("{message}");
-                self.write_machine_status(MachinePhase::Failed, &message, ("False", "RepaveFailed"))
-                    .await
+                self.write_machine_status(
+                    MachinePhase::Failed,
+                    &message,
+                    ("NodeDeletedRepave", "False", "RepaveFailed"),
+                )
+                .await
             }
         }
     }
 
     /// Runs a lifecycle operation on a blocking thread: what it did, or why it failed.
-    async fn run_lifecycle(&self, op: Operation) -> Result<String, String> {
+    pub(super) async fn run_lifecycle(
+        &self,
+        op: Operation,
+        config_path: Option<PathBuf>,
+    ) -> Result<String, String> {
         let options = Options {
-            config_path: None,
+            config_path,
             root: self.settings.root.clone(),
             ignore_checks: Vec::new(),
             timeout_scale: self.settings.timeout_scale,
@@ -415,7 +466,7 @@ impl Daemon {
         );
         self.write_status(&name, &started).await?;
 
-        let result = self.run_lifecycle(lifecycle_op).await;
+        let result = self.run_lifecycle(lifecycle_op, None).await;
         match &result {
             Ok(message) => tracing::info!(operation = %name, "complete: {message}"),
             Err(message) => tracing::error!(operation = %name, "failed: {message}"),

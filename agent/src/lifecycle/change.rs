@@ -10,6 +10,15 @@ use super::plan::Change;
 /// Config fields `apply` changes in place.
 pub const IN_PLACE: [&str; 3] = ["LocalDNS", "Downloads.CoreDNS", "Daemon"];
 
+/// A config in normal form: read into the agent's config type and written out again, so
+/// formatting and how a value was spelled in the file do not count as a change; a value that is
+/// not a loadable config stays as it is.
+pub fn normal_form(config: &Value) -> Value {
+    crate::validate::load_value(config.clone())
+        .map(|raw| serde_json::to_value(raw).expect("a RawConfig always serialises"))
+        .unwrap_or_else(|_| config.clone())
+}
+
 /// The dotted paths (top-level keys, `Downloads.<kind>` below `Downloads`) whose values differ.
 fn differing(old: &Value, new: &Value) -> Vec<String> {
     let empty = serde_json::Map::new();
@@ -66,6 +75,25 @@ mod tests {
             "LocalDNS": {"Enabled": true},
             "Downloads": {"CoreDNS": {"Version": "1.15.0"}, "Kubernetes": {"Version": "v1.35.4"}}
         })
+    }
+
+    #[test]
+    fn the_normal_form_ignores_spelling_but_not_values() {
+        let mut written = crate::validate::tests::base();
+        written["Cluster"]["Version"] = json!("v1.35.4");
+        let mut spelled = written.clone();
+        spelled["Kubelet"]["Labels"] = json!({});
+        spelled["ContainerImages"] = json!([]);
+        assert_eq!(
+            classify(&normal_form(&written), &normal_form(&spelled)),
+            Change::Same
+        );
+        spelled["Cluster"]["Version"] = json!("1.36.0");
+        assert!(matches!(
+            classify(&normal_form(&written), &normal_form(&spelled)),
+            Change::NeedsRepave { .. }
+        ));
+        assert_eq!(normal_form(&json!("not a config")), json!("not a config"));
     }
 
     #[test]

@@ -126,7 +126,10 @@ pub fn observe(op: Operation, options: &Options) -> Result<Observation, Lifecycl
         _ => (None, None),
     };
     let change = match (&config, &applied) {
-        (Some(new), Some(old)) if new.sha256 != old.sha256 => change::classify(&old.json(), &new.json()),
+        (Some(new), Some(old)) if new.sha256 != old.sha256 => change::classify(
+            &change::normal_form(&old.json()),
+            &change::normal_form(&new.json()),
+        ),
         _ => Change::Same,
     };
     let desired = Desired {
