@@ -370,6 +370,8 @@ async fn daemon_runs_its_machines_operations_through_the_lifecycle_core_and_writ
     );
     std::fs::remove_file(&config).unwrap();
 
+    drift_that_cannot_be_applied_is_reported_once_and_cleared_when_it_is_gone(&machines, &kubeconfig).await;
+
     // No such Machine: one line naming it, exit 1.
     let out = run(daemon(&kubeconfig, root.path(), "no-such-machine", true));
     let stderr = text(&out.stderr);
@@ -381,6 +383,108 @@ async fn daemon_runs_its_machines_operations_through_the_lifecycle_core_and_writ
     );
 
     lab.shutdown().unwrap();
+}
+
+/// A finished node (its install state and applied config below a root) whose Machine asks for a
+/// taint the agent refuses: the daemon writes nothing of the node and reports it in the Machine's
+/// `ConfigDrift` condition naming the field; once the Machine no longer asks for it, the condition
+/// says the node is in sync.
+async fn drift_that_cannot_be_applied_is_reported_once_and_cleared_when_it_is_gone(
+    machines: &Api<Machine>,
+    kubeconfig: &Path,
+) {
+    let root = tempfile::tempdir().unwrap();
+    let applied = serde_json::json!({
+        "MachineName": "drift-m1",
+        "NodeName": "drift-m1",
+        "Cluster": {
+            "CaCertBase64": "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUIKLS0tLS1FTkQgQ0VSVElGSUNBVEUtLS0tLQo=",
+            "ClusterDNS": "10.96.0.10"
+        },
+        "Kubelet": {
+            "ApiServer": "https://192.168.100.1:6443",
+            "Auth": {"BootstrapToken": "abcdef.0123456789abcdef"},
+            "NodeIP": "192.168.100.10"
+        },
+        "LocalDNS": {"Enabled": true}
+    });
+    let (config, _) = agent::start::node::applied_paths(root.path(), agent::names::Slot::Kube1);
+    std::fs::create_dir_all(config.parent().unwrap()).unwrap();
+    std::fs::write(&config, serde_json::to_vec_pretty(&applied).unwrap()).unwrap();
+    let state_path = root
+        .path()
+        .join(agent::paths::INSTALL_STATE.trim_start_matches('/'));
+    std::fs::create_dir_all(state_path.parent().unwrap()).unwrap();
+    let state = agent::install_state::InstallState::new(
+        agent::names::Slot::Kube1,
+        agent::install_state::Stage::Complete,
+        &"a".repeat(64),
+    );
+    agent::install_state::save(&state_path, &state).unwrap();
+
+    let mut machine = Machine::new(
+        "drift-m1",
+        MachineSpec {
+            kubernetes: Some(agent::machina::KubernetesSpec {
+                register_with_taints: vec!["no-effect".into()],
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    );
+    machines.create(&PostParams::default(), &machine).await.unwrap();
+    let out = run(daemon(kubeconfig, root.path(), "drift-m1", true));
+    let log = format!("stdout:\n{}\nstderr:\n{}", text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{log}");
+    let status = machines.get("drift-m1").await.unwrap().status.expect("a status");
+    assert_eq!(status.phase, Some(MachinePhase::Failed), "{status:?}");
+    let condition = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "ConfigDrift")
+        .expect("ConfigDrift");
+    assert_eq!(
+        (condition.status.as_str(), condition.reason.as_str()),
+        ("False", "NotApplied")
+    );
+    assert!(
+        condition.message.contains("not valid") && condition.message.contains("Kubelet.RegisterWithTaints"),
+        "{}",
+        condition.message
+    );
+    assert!(
+        !root
+            .path()
+            .join("etc/unbounded/agent/desired-config.json")
+            .exists(),
+        "an invalid desired config is never handed to the lifecycle"
+    );
+    assert_eq!(
+        std::fs::read(&config).unwrap(),
+        serde_json::to_vec_pretty(&applied).unwrap(),
+        "the applied config is untouched"
+    );
+
+    machine = machines.get("drift-m1").await.unwrap();
+    machine.spec.kubernetes = None;
+    machines
+        .replace("drift-m1", &PostParams::default(), &machine)
+        .await
+        .unwrap();
+    let out = run(daemon(kubeconfig, root.path(), "drift-m1", true));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let status = machines.get("drift-m1").await.unwrap().status.expect("a status");
+    let condition = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "ConfigDrift")
+        .expect("ConfigDrift");
+    assert_eq!(
+        (condition.status.as_str(), condition.reason.as_str()),
+        ("True", "InSync"),
+        "{status:?}"
+    );
+    assert_eq!(status.phase, Some(MachinePhase::Ready));
 }
 
 /// A kubeconfig holding only `token` for the lab's API server.

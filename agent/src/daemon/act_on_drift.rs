@@ -127,6 +127,18 @@ impl Daemon {
         let (op, fields, verb) = match &change {
             Change::Same => {
                 memory.reported = None;
+                // A problem reported earlier is over: say so once.
+                let stale = machine
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.iter().find(|c| c.type_ == CONDITION))
+                    .is_some_and(|c| c.status != "True");
+                if stale {
+                    let message = "the node runs the config its Machine asks for";
+                    tracing::info!("{message}");
+                    self.write_machine_status(MachinePhase::Ready, message, (CONDITION, "True", "InSync"))
+                        .await?;
+                }
                 return Ok(());
             }
             Change::InPlace { fields } => (Operation::Apply, fields, "applying in place"),
