@@ -370,6 +370,7 @@ async fn daemon_runs_its_machines_operations_through_the_lifecycle_core_and_writ
     );
     std::fs::remove_file(&config).unwrap();
 
+    a_restarted_daemon_picks_up_the_operation_it_had_started(&ops, &kubeconfig, root.path()).await;
     drift_that_cannot_be_applied_is_reported_once_and_cleared_when_it_is_gone(&machines, &kubeconfig).await;
 
     // No such Machine: one line naming it, exit 1.
@@ -383,6 +384,50 @@ async fn daemon_runs_its_machines_operations_through_the_lifecycle_core_and_writ
     );
 
     lab.shutdown().unwrap();
+}
+
+/// An operation left `InProgress` by a daemon that was stopped while it ran is the first one the
+/// next daemon runs, saying so, and its `startedAt` is kept.
+async fn a_restarted_daemon_picks_up_the_operation_it_had_started(
+    ops: &Api<MachineOperation>,
+    kubeconfig: &Path,
+    root: &Path,
+) {
+    ops.create(
+        &PostParams::default(),
+        &operation(
+            "e-reboot-interrupted",
+            OperationKind::NodeReboot,
+            Target::Name("daemon-m1"),
+            None,
+        ),
+    )
+    .await
+    .unwrap();
+    let started: k8s_openapi::jiff::Timestamp = "2026-12-01T10:00:00Z".parse().unwrap();
+    let in_progress = kube::api::Patch::Merge(serde_json::json!({"status": {
+        "phase": "InProgress",
+        "message": "rebooting the node (managed reboot)",
+        "startedAt": started.to_string(),
+    }}));
+    ops.patch_status(
+        "e-reboot-interrupted",
+        &kube::api::PatchParams::default(),
+        &in_progress,
+    )
+    .await
+    .unwrap();
+    let out = run(daemon(kubeconfig, root, "daemon-m1", true));
+    let log = format!("stdout:\n{}\nstderr:\n{}", text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{log}");
+    assert!(
+        log.contains("rebooting the node again: the daemon was stopped while it ran"),
+        "{log}"
+    );
+    let status = status_of(ops, "e-reboot-interrupted").await.expect("a status");
+    assert_eq!(status.phase, Some(OperationPhase::Failed), "{status:?}\n{log}");
+    assert_eq!(status.started_at.map(|t| t.0), Some(started), "startedAt is kept");
+    assert!(status.completed_at.is_some());
 }
 
 /// A finished node (its install state and applied config below a root) whose Machine asks for a

@@ -23,8 +23,7 @@ pub fn unit(agent: &Path, machine: &str) -> String {
         "# Written by unbounded-agent: the agent daemon acts on this host's Machine (docs/operations.md).\n\
          [Unit]\n\
          Description=unbounded-agent daemon for Machine {machine}\n\
-         Wants=network-online.target\n\
-         After=network-online.target\n\
+         After=network.target\n\
          \n\
          [Service]\n\
          Type=exec\n\
