@@ -4,7 +4,8 @@
 //! MachineOperation reboots the node (status `Complete`, the Node's `bootID` changed, Ready, a
 //! pod resolving through the cluster listener), a change of the Machine's `MachineConfiguration`
 //! turning LocalDNS off and then on again reaches the node as drift (applied in place by the
-//! daemon), a second `apply` leaves the running daemon alone, and an `AgentReset`
+//! daemon), deleting the Node repaves it to the other slot (the Node comes back Ready, nothing of
+//! the old slot is left), a second `apply` leaves the running daemon alone, and an `AgentReset`
 //! MachineOperation removes the agent from the host, the daemon last.
 //!
 //! One case on a resumed node (no join of its own). Opt-in like the lifecycle scenarios:
@@ -53,6 +54,7 @@ fn the_daemon_installed_by_apply_reboots_and_resets_its_node_through_machine_ope
         install_the_daemon_with_apply(node, &token)?;
         a_node_reboot_operation_reboots_the_node(node, &machine)?;
         a_configuration_change_turns_localdns_off_and_on_through_the_daemon(node, &machine)?;
+        deleting_the_node_repaves_it_to_the_other_slot(node, &machine)?;
         a_second_apply_leaves_the_daemon_running(node)?;
         an_agent_reset_operation_removes_the_agent(node, &machine)
     })
@@ -371,6 +373,59 @@ fn wait_until_applied(node: &JoinedNode, machine: &str, enabled: bool) -> anyhow
         );
         std::thread::sleep(Duration::from_secs(3));
     }
+}
+
+/// The Node deleted (the configuration's `updateStrategy` is the default `OnDelete`): the daemon
+/// repaves to the other slot; the Machine's `NodeDeletedRepave` condition says `Repaved`, the
+/// Node is back and Ready, one machine runs — the other slot — and the old slot's rootfs is gone,
+/// and a pod resolves through the cluster listener.
+fn deleting_the_node_repaves_it_to_the_other_slot(
+    node: &mut JoinedNode,
+    machine: &str,
+) -> anyhow::Result<()> {
+    let name = node.deployed.name.clone();
+    let from = node.machine()?;
+    let started = Instant::now();
+    node.block_on(
+        Api::<k8s_openapi::api::core::v1::Node>::all(node.client.clone()).delete(&name, &Default::default()),
+    )
+    .with_context(|| format!("deleting Node {name}"))?;
+    let machines: Api<Machine> = Api::all(node.client.clone());
+    let deadline = Instant::now() + node.deadline(10);
+    loop {
+        let condition = node
+            .block_on(machines.get(machine))?
+            .status
+            .and_then(|s| s.conditions.into_iter().find(|c| c.type_ == "NodeDeletedRepave"));
+        match condition {
+            Some(c) if c.reason == "Repaved" => break,
+            Some(c) if c.status == "False" => {
+                anyhow::bail!("the repave after the Node's deletion failed: {}", c.message)
+            }
+            other => ensure!(
+                Instant::now() < deadline,
+                "no repave within {:?} of the Node's deletion; NodeDeletedRepave {other:?}",
+                node.deadline(10)
+            ),
+        }
+        std::thread::sleep(Duration::from_secs(5));
+    }
+    node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
+    let to = node.machine()?;
+    ensure!(to != from, "the node still runs in {from} after the repave");
+    let old_rootfs = node
+        .vm
+        .run_unchecked(&format!("test -e /var/lib/machines/{from} && echo present"))?
+        .stdout_text();
+    ensure!(
+        old_rootfs.trim().is_empty(),
+        "the old slot's rootfs /var/lib/machines/{from} is still there"
+    );
+    eprintln!(
+        "==> Node deleted: repaved by the daemon from {from} to {to}, Node Ready, in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    a_cluster_first_pod_resolves_the_kubernetes_service_through(node, CLUSTER_LISTENER)
 }
 
 /// The same `apply` again: nothing of the daemon's changes and its process keeps running.
