@@ -30,6 +30,8 @@ pub const DAEMON_DIR: &str = "/etc/unbounded/agent/daemon";
 /// The daemon's kubeconfig (its token read from [`DAEMON_TOKEN`]) and its token, which it renews.
 pub const DAEMON_KUBECONFIG: &str = "/etc/unbounded/agent/daemon/kubeconfig";
 pub const DAEMON_TOKEN: &str = "/etc/unbounded/agent/daemon/token";
+/// The config the daemon hands to `apply` or `repave` when its Machine asks for a change.
+pub const DESIRED_CONFIG: &str = "/etc/unbounded/agent/desired-config.json";
 /// Where machine rootfs live (`/var/lib/machines/<slot>`).
 pub const MACHINES_DIR: &str = "/var/lib/machines";
 

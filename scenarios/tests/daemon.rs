@@ -8,7 +8,8 @@
 //! the old slot is left), a second `apply` leaves the running daemon alone, and an `AgentReset`
 //! MachineOperation removes the agent from the host, the daemon last.
 //!
-//! One case on a resumed node (no join of its own). Opt-in like the lifecycle scenarios:
+//! After the reset the host is compared with a listing taken before `start`, so the case joins
+//! for real (a resumed node has no such listing). Opt-in like the lifecycle scenarios:
 //! `cargo nextest run -p scenarios --profile lifecycle` (docs/perf.md).
 
 use std::time::{Duration, Instant};
@@ -29,7 +30,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use scenarios::cluster::wait_node_ready;
 use scenarios::dns::CLUSTER_LISTENER;
 use scenarios::host_state::ensure_localdns_absent;
-use scenarios::lifecycle::{agent, node_boot_id, wait_new_boot_id};
+use scenarios::lifecycle::{HostListing, agent, node_boot_id, wait_new_boot_id};
 use scenarios::node::JoinedNode;
 use scenarios::pod_dns::a_cluster_first_pod_resolves_the_kubernetes_service_through;
 
@@ -46,18 +47,27 @@ fn node_config() -> std::path::PathBuf {
 #[test]
 fn the_daemon_installed_by_apply_reboots_and_resets_its_node_through_machine_operations() -> anyhow::Result<()>
 {
-    JoinedNode::run_case(&node_config(), |node| {
-        let name = node.deployed.name.clone();
-        node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
-        let machine = machine_name(node)?;
-        let token = give_the_daemon_its_access(node, &machine)?;
-        install_the_daemon_with_apply(node, &token)?;
-        a_node_reboot_operation_reboots_the_node(node, &machine)?;
-        a_configuration_change_turns_localdns_off_and_on_through_the_daemon(node, &machine)?;
-        deleting_the_node_repaves_it_to_the_other_slot(node, &machine)?;
-        a_second_apply_leaves_the_daemon_running(node)?;
-        an_agent_reset_operation_removes_the_agent(node, &machine)
-    })
+    let before = std::cell::RefCell::new(None);
+    JoinedNode::run_case_with(
+        &node_config(),
+        |lab| {
+            *before.borrow_mut() = Some(HostListing::take(&lab.vm)?);
+            Ok(())
+        },
+        |node| {
+            let before = before.borrow().clone().context("no listing before start")?;
+            let name = node.deployed.name.clone();
+            node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
+            let machine = machine_name(node)?;
+            let token = give_the_daemon_its_access(node, &machine)?;
+            install_the_daemon_with_apply(node, &token)?;
+            a_node_reboot_operation_reboots_the_node(node, &machine)?;
+            a_configuration_change_turns_localdns_off_and_on_through_the_daemon(node, &machine)?;
+            deleting_the_node_repaves_it_to_the_other_slot(node, &machine)?;
+            a_second_apply_leaves_the_daemon_running(node)?;
+            an_agent_reset_operation_removes_the_agent(node, &machine, &before)
+        },
+    )
 }
 
 /// The node's Machine name: the config's `MachineName`, else its `NodeName`.
@@ -452,8 +462,14 @@ fn a_second_apply_leaves_the_daemon_running(node: &JoinedNode) -> anyhow::Result
 }
 
 /// `AgentReset` → `Complete`, then the daemon has ended and nothing of the agent's is left:
-/// `reset --dry-run` finds nothing, the unit is unknown, no machine runs.
-fn an_agent_reset_operation_removes_the_agent(node: &JoinedNode, machine: &str) -> anyhow::Result<()> {
+/// `reset --dry-run` finds nothing, the unit is unknown, no machine runs, and the host listing
+/// (files, units, links, nft tables, machines, mounts) equals the one taken before `start` once
+/// the scenario's own config file is gone.
+fn an_agent_reset_operation_removes_the_agent(
+    node: &JoinedNode,
+    machine: &str,
+    before: &HostListing,
+) -> anyhow::Result<()> {
     let status = run_operation(
         node,
         operation("reset-by-daemon", machine, OperationKind::AgentReset),
@@ -490,6 +506,10 @@ fn an_agent_reset_operation_removes_the_agent(node: &JoinedNode, machine: &str) 
     );
     let machines = node.vm.run("machinectl list --no-legend")?;
     ensure!(machines.trim().is_empty(), "machines still run: {machines}");
+    node.vm.run(&format!("rm {CONFIG_WITH_DAEMON}"))?;
+    HostListing::take(&node.vm)?
+        .without_the_deployed_config()
+        .ensure_same_as(before, "after the AgentReset")?;
     eprintln!("==> AgentReset: the daemon ended and nothing of the agent's is left");
     Ok(())
 }

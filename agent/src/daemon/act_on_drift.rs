@@ -24,8 +24,7 @@ use crate::machina::{
 use crate::manual_bootstrap::cluster::chain;
 use crate::start::node::applied_paths;
 
-/// Where the daemon writes the config it hands to `apply` or `repave`.
-pub const DESIRED_CONFIG: &str = "/etc/unbounded/agent/desired-config.json";
+pub use crate::paths::DESIRED_CONFIG;
 /// The Machine status condition of drift.
 pub const CONDITION: &str = "ConfigDrift";
 

@@ -2,7 +2,8 @@
 //! disabled, terminated), rootfs, `.nspawn` files and unit drop-ins, the LocalDNS host network
 //! (link, table, unit, script), what the node's processes left in the shared network namespace
 //! (the CNI bridge, the `KUBE-*`/`CNI-*` nft chains), the kernel settings files, the install and
-//! repave records and the applied configs, the agent daemon's unit and credentials — then `daemon-reload`. It keeps going past errors and reports everything it
+//! repave records and the applied configs, the agent daemon's unit and credentials and the config
+//! it last handed to `apply` — then `daemon-reload`. It keeps going past errors and reports everything it
 //! could not remove; a second reset finds nothing to do. `--dry-run` lists what it would remove.
 
 use std::path::{Path, PathBuf};
@@ -43,10 +44,16 @@ fn slot_files(root: &Path, slot: Slot) -> Vec<PathBuf> {
 }
 
 fn host_files(root: &Path) -> Vec<PathBuf> {
-    [SYSCTL_FILE, MODULES_FILE, state::PATH, repave_state::PATH]
-        .iter()
-        .map(|p| under(root, Path::new(p)))
-        .collect()
+    [
+        SYSCTL_FILE,
+        MODULES_FILE,
+        state::PATH,
+        repave_state::PATH,
+        crate::paths::DESIRED_CONFIG,
+    ]
+    .iter()
+    .map(|p| under(root, Path::new(p)))
+    .collect()
 }
 
 fn remove_path(report: &mut ResetReport, path: &Path) {
@@ -296,6 +303,7 @@ mod tests {
             "/etc/systemd/system/multi-user.target.wants/unbounded-agent-daemon.service",
             "/etc/unbounded/agent/daemon/kubeconfig",
             "/etc/unbounded/agent/daemon/token",
+            "/etc/unbounded/agent/desired-config.json",
         ] {
             touch(root, p);
         }
