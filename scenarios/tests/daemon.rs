@@ -29,8 +29,11 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBind
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use scenarios::cluster::wait_node_ready;
 use scenarios::dns::CLUSTER_LISTENER;
-use scenarios::host_state::ensure_localdns_absent;
-use scenarios::lifecycle::{HostListing, agent, node_boot_id, wait_new_boot_id};
+use scenarios::dns::{ResolvConf, machine_resolv_conf};
+use scenarios::host_state::{ensure_localdns_absent, ensure_localdns_present};
+use scenarios::lifecycle::{
+    HostListing, agent, ensure_sleeper_survived, node_boot_id, start_sleeper, wait_new_boot_id,
+};
 use scenarios::node::JoinedNode;
 use scenarios::pod_dns::a_cluster_first_pod_resolves_the_kubernetes_service_through;
 
@@ -296,8 +299,9 @@ fn a_node_reboot_operation_reboots_the_node(node: &mut JoinedNode, machine: &str
 
 /// The MachineConfiguration's template turns LocalDNS off: the daemon applies it in place (nothing
 /// of LocalDNS left, the machine resolving through the host's resolver, pods through
-/// `Cluster.ClusterDNS`); then on again: a pod resolves through the cluster listener. The
-/// Machine's `ConfigDrift` condition says each was applied.
+/// `Cluster.ClusterDNS`); then on again (link, table, network unit, the machine resolving through
+/// the node listener, pods through the cluster listener). The Node stays Ready, a running pod
+/// keeps running, and the Machine's `ConfigDrift` condition says each was applied.
 fn a_configuration_change_turns_localdns_off_and_on_through_the_daemon(
     node: &mut JoinedNode,
     machine: &str,
@@ -307,6 +311,8 @@ fn a_configuration_change_turns_localdns_off_and_on_through_the_daemon(
         .as_str()
         .context("the config has no Cluster.ClusterDNS")?
         .parse()?;
+    // A running pod must survive both changes (kubelet restarts, containers do not).
+    let sleeper = start_sleeper(node, "daemon-sleeper")?;
     for enabled in [false, true] {
         let started = Instant::now();
         set_localdns_in_the_configuration(node, enabled)?;
@@ -318,10 +324,31 @@ fn a_configuration_change_turns_localdns_off_and_on_through_the_daemon(
         );
         let name = node.deployed.name.clone();
         node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
+        let slot = node.machine()?;
+        let what = if enabled {
+            "LocalDNS turned on"
+        } else {
+            "LocalDNS turned off"
+        };
+        ensure_sleeper_survived(
+            node,
+            "daemon-sleeper",
+            &sleeper,
+            &format!("while the daemon had {what}"),
+        )?;
         if enabled {
+            ensure_localdns_present(&node.vm, &slot)?;
             a_cluster_first_pod_resolves_the_kubernetes_service_through(node, CLUSTER_LISTENER)?;
         } else {
-            ensure_localdns_absent(&node.vm, &node.machine()?)?;
+            ensure_localdns_absent(&node.vm, &slot)?;
+            let host = ResolvConf::parse(&node.vm.run("cat /etc/resolv.conf")?);
+            let machine = ResolvConf::parse(&machine_resolv_conf(&node.vm, &slot)?);
+            ensure!(
+                machine.nameservers() == host.nameservers(),
+                "with LocalDNS off the machine's resolver should be the host's {:?}, it is {:?}",
+                host.nameservers(),
+                machine.nameservers()
+            );
             a_cluster_first_pod_resolves_the_kubernetes_service_through(node, cluster_dns)?;
         }
     }

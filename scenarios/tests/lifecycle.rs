@@ -11,10 +11,9 @@ use std::net::Ipv4Addr;
 
 use anyhow::{Context, ensure};
 use scenarios::cluster::wait_node_ready;
-use scenarios::dns::{CLUSTER_LISTENER, NODE_LISTENER, ResolvConf, machine_resolv_conf};
+use scenarios::dns::{CLUSTER_LISTENER, ResolvConf, machine_resolv_conf};
 use scenarios::host_state::{
-    LINK, NETWORK_UNIT, NFT_FAMILY, NFT_TABLE, ensure_localdns_absent, existing_paths, read_link,
-    read_nft_tables, unit_properties,
+    ensure_localdns_absent, ensure_localdns_present, existing_paths, unit_properties,
 };
 use scenarios::lifecycle::{
     HostListing, Killed, agent, ensure_localdns_ready_before_kubelet, ensure_sleeper_survived, kill_agent_in,
@@ -199,41 +198,10 @@ fn localdns_on_in_place(node: &mut JoinedNode, sleeper: &str) -> anyhow::Result<
         out.contains("started localdns.service"),
         "apply did not start LocalDNS:\n{out}"
     );
-    ensure_localdns_present(node, "kube1")?;
+    ensure_localdns_present(&node.vm, "kube1")?;
     node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
     ensure_sleeper_survived(node, "lifecycle-sleeper", sleeper, "while LocalDNS was turned on")?;
     a_cluster_first_pod_resolves_the_kubernetes_service_through(node, CLUSTER_LISTENER)
-}
-
-/// The link with both /32s, the NOTRACK table, the network unit active, the machine resolving
-/// through the node listener.
-fn ensure_localdns_present(node: &JoinedNode, machine: &str) -> anyhow::Result<()> {
-    let link = read_link(&node.vm, LINK)?.context("the localdns link is missing")?;
-    let want: std::collections::BTreeSet<String> = [NODE_LISTENER, CLUSTER_LISTENER]
-        .iter()
-        .map(|ip| format!("{ip}/32"))
-        .collect();
-    ensure!(
-        link.kind.as_deref() == Some("dummy") && link.is_up() && link.ipv4 == want,
-        "the localdns link is not a dummy, up, with exactly {want:?}: {link:?}"
-    );
-    let tables = read_nft_tables(&node.vm)?;
-    ensure!(
-        tables.contains(&format!("{NFT_FAMILY} {NFT_TABLE}")),
-        "the NOTRACK table is missing: {tables:?}"
-    );
-    let unit = unit_properties(&node.vm, None, NETWORK_UNIT, &["ActiveState"])?;
-    ensure!(
-        unit.get("ActiveState").map(String::as_str) == Some("active"),
-        "{NETWORK_UNIT} is not active: {unit:?}"
-    );
-    let resolv = ResolvConf::parse(&machine_resolv_conf(&node.vm, machine)?);
-    ensure!(
-        resolv.nameservers() == [NODE_LISTENER.to_string()],
-        "the machine's resolver is not the node listener: {:?}",
-        resolv.lines()
-    );
-    Ok(())
 }
 
 /// The VM itself reboots: with no agent run, the network unit brings back link and table, the
@@ -245,7 +213,7 @@ fn host_reboot(node: &mut JoinedNode) -> anyhow::Result<()> {
     let new = wait_new_boot_id(node, &old)?;
     eprintln!("==> host reboot: the Node's bootID {old} -> {new}");
     node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
-    ensure_localdns_present(node, "kube1")?;
+    ensure_localdns_present(&node.vm, "kube1")?;
     ensure_localdns_ready_before_kubelet(&node.vm, "kube1")?;
     a_cluster_first_pod_resolves_the_kubernetes_service_through(node, CLUSTER_LISTENER)
 }
@@ -332,7 +300,7 @@ fn ensure_repaved(node: &mut JoinedNode, from: &str, to: &str, old: &str) -> any
         ],
     )?;
     ensure!(left.is_empty(), "the repave to {to} left {left:?}");
-    ensure_localdns_present(node, to)?;
+    ensure_localdns_present(&node.vm, to)?;
     ensure_localdns_ready_before_kubelet(&node.vm, to)?;
     a_cluster_first_pod_resolves_the_kubernetes_service_through(node, CLUSTER_LISTENER)
 }

@@ -72,6 +72,25 @@ pub fn agent_config(
     config
 }
 
+/// `config` over `base` (the `--base-config` file: what the Machina API does not carry, such as
+/// `MachineImage`, `ContainerImages`, `Kubelet.Configuration`): objects merge, `config`'s values
+/// win. A base that does not load as an agent config is a one-line error naming its problems.
+pub fn over_base(base: &serde_json::Value, config: &RawConfig) -> Result<RawConfig, ManualBootstrapError> {
+    let mut merged = base.clone();
+    crate::config::merge_patch(
+        &mut merged,
+        &serde_json::to_value(config).expect("a RawConfig always serialises"),
+    );
+    crate::validate::load_value(merged).map_err(|problems| ManualBootstrapError::InvalidConfig {
+        machine: config.machine_name.clone().unwrap_or_default(),
+        problems: problems
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; "),
+    })
+}
+
 /// `config` as pretty JSON once `agent::validate::parse` accepts that very text; else every
 /// problem, `; `-separated on one line.
 pub fn checked_json(config: &RawConfig) -> Result<String, ManualBootstrapError> {
@@ -242,5 +261,37 @@ mod tests {
             "{err}"
         );
         assert!(!err.contains('\n'), "{err}");
+    }
+
+    #[test]
+    fn the_base_config_gives_what_a_machine_lacks_and_the_rest_wins_over_it() {
+        let machine = Machine::new("m1", MachineSpec::default());
+        let raw = agent_config(&facts(), &machine, None, &token(), &Overrides::default());
+        let base = serde_json::json!({
+            "MachineImage": {"URL": "http://192.0.2.1:8080/rootfs.tar.gz", "SHA256": "a".repeat(64)},
+            "Kubelet": {"ApiServer": "https://base.invalid:6443", "Configuration": {"podCIDR": "10.244.1.0/24"}},
+            "NodeName": "from-the-base"
+        });
+        let merged = over_base(&base, &raw).unwrap();
+        assert_eq!(
+            merged.machine_image.as_ref().and_then(|m| m.url.as_deref()),
+            Some("http://192.0.2.1:8080/rootfs.tar.gz")
+        );
+        let kubelet = merged.kubelet.as_ref().unwrap();
+        assert_eq!(
+            kubelet.api_server.as_deref(),
+            Some("https://192.0.2.1:6443"),
+            "the cluster wins"
+        );
+        assert_eq!(
+            kubelet.configuration["podCIDR"], "10.244.1.0/24",
+            "the base's own key stays"
+        );
+        assert_eq!(merged.node_name.as_deref(), Some("m1"), "the Machine wins");
+        checked_json(&merged).unwrap();
+        let err = over_base(&serde_json::json!({"NoSuchField": 1}), &raw)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("NoSuchField"), "{err}");
     }
 }

@@ -63,6 +63,11 @@ pub struct ManualBootstrapArgs {
     /// 24-hour token of its ServiceAccount in the config; the daemon renews it.
     #[arg(long)]
     pub daemon: bool,
+    /// An agent config (JSON object) to start from, for what a Machine does not carry: e.g.
+    /// `MachineImage`, `ContainerImages`, `Downloads`, `Kubelet.Configuration.podCIDR`. The
+    /// cluster's facts, the Machine, its configuration and the flags win over it.
+    #[arg(long, value_name = "FILE")]
+    pub base_config: Option<std::path::PathBuf>,
 }
 
 #[cfg(test)]

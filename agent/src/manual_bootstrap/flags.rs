@@ -118,6 +118,23 @@ pub fn merge_taint(taints: &mut Vec<String>, taint: &str) {
     taints.push(taint.to_owned());
 }
 
+/// The `--base-config` file: a JSON object (its values are checked with the assembled config).
+pub fn base_config(path: &std::path::Path) -> Result<serde_json::Value, ManualBootstrapError> {
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| bad("--base-config", &shown, format!("cannot be read: {e}")))?;
+    let value: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| bad("--base-config", &shown, format!("is not JSON: {e}")))?;
+    if !value.is_object() {
+        return Err(bad(
+            "--base-config",
+            &shown,
+            "is not a JSON object (an agent config)",
+        ));
+    }
+    Ok(value)
+}
+
 #[cfg(test)]
 mod tests {
     use rstest::rstest;
@@ -193,5 +210,35 @@ mod tests {
         ];
         merge_taint(&mut taints, "a=2:NoSchedule");
         assert_eq!(taints, ["a=1:NoExecute", "b:NoSchedule", "a=2:NoSchedule"]);
+    }
+
+    #[test]
+    fn a_base_config_must_be_a_readable_json_object() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing.json");
+        let err = base_config(&missing).unwrap_err().to_string();
+        assert!(
+            err.starts_with("--base-config") && err.contains("cannot be read"),
+            "{err}"
+        );
+        let list = dir.path().join("list.json");
+        std::fs::write(&list, "[1]").unwrap();
+        assert!(
+            base_config(&list)
+                .unwrap_err()
+                .to_string()
+                .contains("is not a JSON object")
+        );
+        let broken = dir.path().join("broken.json");
+        std::fs::write(&broken, "{").unwrap();
+        assert!(
+            base_config(&broken)
+                .unwrap_err()
+                .to_string()
+                .contains("is not JSON")
+        );
+        let ok = dir.path().join("ok.json");
+        std::fs::write(&ok, r#"{"MachineImage": {}}"#).unwrap();
+        assert!(base_config(&ok).unwrap().is_object());
     }
 }

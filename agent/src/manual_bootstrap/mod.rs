@@ -44,6 +44,7 @@ pub async fn daemon_access(machine: &str) -> Result<String, ManualBootstrapError
 /// Runs the whole command against the cluster the kubeconfig names.
 pub async fn run(args: &ManualBootstrapArgs) -> Result<Outcome, ManualBootstrapError> {
     let overrides = flags::Overrides::from_args(args)?;
+    let base = args.base_config.as_deref().map(flags::base_config).transpose()?;
     let cluster = cluster::Cluster::connect().await?;
     let machine = cluster.machine(&args.machine).await?;
     let template = cluster.template_for(&machine).await?;
@@ -60,6 +61,9 @@ pub async fn run(args: &ManualBootstrapArgs) -> Result<Outcome, ManualBootstrapE
             crate::machina::daemon_access::service_account_name(&args.machine),
             daemon_token::TOKEN_SECS / 3600
         ));
+    }
+    if let Some(base) = &base {
+        raw = assemble::over_base(base, &raw)?;
     }
     let json = assemble::checked_json(&raw)?;
     Ok(Outcome {

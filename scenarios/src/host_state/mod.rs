@@ -8,17 +8,20 @@
 
 //!
 //! One module per thing read: [`link`], [`nft`], [`units`] (and paths), [`conntrack`], and
-//! [`localdns_off`] (the check that none of LocalDNS exists). Their items are re-exported here.
+//! [`localdns_off`] (the check that none of LocalDNS exists), [`localdns_on`] (the check that it
+//! is all there). Their items are re-exported here.
 
 pub mod conntrack;
 pub mod link;
 pub mod localdns_off;
+pub mod localdns_on;
 pub mod nft;
 pub mod units;
 
 pub use conntrack::*;
 pub use link::*;
 pub use localdns_off::*;
+pub use localdns_on::*;
 pub use nft::*;
 pub use units::*;
 
