@@ -343,6 +343,23 @@ async fn manual_bootstrap_prints_a_valid_config_for_a_real_cluster_reuses_its_to
         r#"error: --node-ip "300.1.1.1": "300.1.1.1" is not an IP address"#
     );
 
+    let no_base = run_plugin(
+        &kubeconfig,
+        home.path(),
+        &[
+            "machine",
+            "manual-bootstrap",
+            "mb-node-1",
+            "--base-config",
+            "/nonexistent/base.json",
+        ],
+    );
+    let line = one_line_failure(&no_base);
+    assert!(
+        line.starts_with(r#"error: --base-config "/nonexistent/base.json": cannot be read: "#),
+        "{line}"
+    );
+
     // An API server nobody listens on: one line naming it.
     let port = {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
