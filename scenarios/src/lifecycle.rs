@@ -242,6 +242,26 @@ const LISTING_NOISE: &[&str] = &[
     "/etc/ld.so.cache",
 ];
 
+/// [`JoinedNode::run_case_with`] on a node that joins for real, with the host listed before the
+/// deploy and the listing handed to `case` (to compare with after a reset).
+pub fn run_case_listing_the_host_first(
+    node_config: &std::path::Path,
+    case: impl FnOnce(&mut JoinedNode, &HostListing) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let before = std::cell::RefCell::new(None);
+    JoinedNode::run_case_with(
+        node_config,
+        |lab| {
+            *before.borrow_mut() = Some(HostListing::take(&lab.vm)?);
+            Ok(())
+        },
+        |node| {
+            let before = before.borrow().clone().context("no listing before start")?;
+            case(node, &before)
+        },
+    )
+}
+
 impl HostListing {
     pub fn take(vm: &Vm) -> anyhow::Result<HostListing> {
         let prune: String = LISTING_NOISE

@@ -32,7 +32,8 @@ use scenarios::dns::CLUSTER_LISTENER;
 use scenarios::dns::{ResolvConf, machine_resolv_conf};
 use scenarios::host_state::{ensure_localdns_absent, ensure_localdns_present};
 use scenarios::lifecycle::{
-    HostListing, agent, ensure_sleeper_survived, node_boot_id, start_sleeper, wait_new_boot_id,
+    HostListing, agent, ensure_sleeper_survived, node_boot_id, run_case_listing_the_host_first,
+    start_sleeper, wait_new_boot_id,
 };
 use scenarios::node::JoinedNode;
 use scenarios::pod_dns::a_cluster_first_pod_resolves_the_kubernetes_service_through;
@@ -50,27 +51,18 @@ fn node_config() -> std::path::PathBuf {
 #[test]
 fn the_daemon_installed_by_apply_reboots_and_resets_its_node_through_machine_operations() -> anyhow::Result<()>
 {
-    let before = std::cell::RefCell::new(None);
-    JoinedNode::run_case_with(
-        &node_config(),
-        |lab| {
-            *before.borrow_mut() = Some(HostListing::take(&lab.vm)?);
-            Ok(())
-        },
-        |node| {
-            let before = before.borrow().clone().context("no listing before start")?;
-            let name = node.deployed.name.clone();
-            node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
-            let machine = machine_name(node)?;
-            let token = give_the_daemon_its_access(node, &machine)?;
-            install_the_daemon_with_apply(node, &token)?;
-            a_node_reboot_operation_reboots_the_node(node, &machine)?;
-            a_configuration_change_turns_localdns_off_and_on_through_the_daemon(node, &machine)?;
-            deleting_the_node_repaves_it_to_the_other_slot(node, &machine)?;
-            a_second_apply_leaves_the_daemon_running(node)?;
-            an_agent_reset_operation_removes_the_agent(node, &machine, &before)
-        },
-    )
+    run_case_listing_the_host_first(&node_config(), |node, before| {
+        let name = node.deployed.name.clone();
+        node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
+        let machine = machine_name(node)?;
+        let token = give_the_daemon_its_access(node, &machine)?;
+        install_the_daemon_with_apply(node, &token)?;
+        a_node_reboot_operation_reboots_the_node(node, &machine)?;
+        a_configuration_change_turns_localdns_off_and_on_through_the_daemon(node, &machine)?;
+        deleting_the_node_repaves_it_to_the_other_slot(node, &machine)?;
+        a_second_apply_leaves_the_daemon_running(node)?;
+        an_agent_reset_operation_removes_the_agent(node, &machine, before)
+    })
 }
 
 /// The node's Machine name: the config's `MachineName`, else its `NodeName`.

@@ -17,7 +17,8 @@ use scenarios::host_state::{
 };
 use scenarios::lifecycle::{
     HostListing, Killed, agent, ensure_localdns_ready_before_kubelet, ensure_sleeper_survived, kill_agent_in,
-    kill_agent_in_or_see_it_finish, node_boot_id, start_sleeper, wait_new_boot_id,
+    kill_agent_in_or_see_it_finish, node_boot_id, run_case_listing_the_host_first, start_sleeper,
+    wait_new_boot_id,
 };
 use scenarios::node::JoinedNode;
 use scenarios::pod_dns::a_cluster_first_pod_resolves_the_kubernetes_service_through;
@@ -46,22 +47,13 @@ fn a_node_reboots_turns_localdns_off_and_on_in_place_and_survives_a_host_reboot(
 
 #[test]
 fn a_node_repaves_to_kube2_and_back_and_reset_leaves_the_host_as_before_start() -> anyhow::Result<()> {
-    let before = std::cell::RefCell::new(None);
-    JoinedNode::run_case_with(
-        &node_config(),
-        |lab| {
-            *before.borrow_mut() = Some(HostListing::take(&lab.vm)?);
-            Ok(())
-        },
-        |node| {
-            let before = before.borrow().clone().context("no listing before start")?;
-            let name = node.deployed.name.clone();
-            node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
-            repave(node, "kube1", "kube2")?;
-            repave_killed_in_each_phase_then_run_again(node, "kube2", "kube1")?;
-            reset_and_start_again(node, &before)
-        },
-    )
+    run_case_listing_the_host_first(&node_config(), |node, before| {
+        let name = node.deployed.name.clone();
+        node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
+        repave(node, "kube1", "kube2")?;
+        repave_killed_in_each_phase_then_run_again(node, "kube2", "kube1")?;
+        reset_and_start_again(node, before)
+    })
 }
 
 /// `unbounded-agent reboot`: the machine boots anew (the Node's bootID changes), LocalDNS is ready
