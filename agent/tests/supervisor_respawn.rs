@@ -39,6 +39,16 @@ struct Supervised {
     supervisor: Kill,
 }
 
+/// The supervisor is killed with SIGKILL when the test ends (`Kill`); its CoreDNS goes first, or
+/// it would outlive the test (under systemd the unit's cgroup takes both).
+impl Drop for Supervised {
+    fn drop(&mut self) {
+        for pid in self.children() {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+    }
+}
+
 impl Supervised {
     fn start() -> Supervised {
         if let Err(err) = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET) {
@@ -109,14 +119,24 @@ impl Supervised {
         &mut self.supervisor.0
     }
 
-    /// The supervisor's CoreDNS: its only child process.
-    fn coredns_pid(&self) -> i32 {
+    /// The supervisor's child processes.
+    fn children(&self) -> Vec<i32> {
         let pid = self.supervisor.0.id();
         let mut children = Vec::new();
-        for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
+        for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
             let text = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
-            children.extend(text.split_whitespace().map(|p| p.parse::<i32>().unwrap()));
+            children.extend(text.split_whitespace().filter_map(|p| p.parse::<i32>().ok()));
         }
+        children
+    }
+
+    /// The supervisor's CoreDNS: its only child process.
+    fn coredns_pid(&self) -> i32 {
+        let children = self.children();
         assert_eq!(
             children.len(),
             1,
