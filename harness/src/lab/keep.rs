@@ -63,7 +63,7 @@ pub fn how_to_look(
 
 /// Holds `lab` (with its VMs, which the caller keeps alive) until a stop signal: prints
 /// [`how_to_look`] on stderr and on the terminal (nextest captures a test's output), and writes
-/// it to `<evidence>/kept.txt`.
+/// it to `<evidence>/kept.txt` atomically (a reader never sees it half written).
 pub fn hold(lab: &Lab, vms: &[&str], error: &str, evidence: &Path) {
     let stop = signals::subscribe();
     let kubeconfig = lab.cluster().map(|c| c.admin_kubeconfig.clone());
@@ -72,9 +72,7 @@ pub fn hold(lab: &Lab, vms: &[&str], error: &str, evidence: &Path) {
     if let Ok(mut tty) = std::fs::OpenOptions::new().write(true).open("/dev/tty") {
         let _ = tty.write_all(text.replace('\n', "\r\n").as_bytes());
     }
-    if let Err(err) =
-        std::fs::create_dir_all(evidence).and_then(|()| std::fs::write(evidence.join("kept.txt"), &text))
-    {
+    if let Err(err) = agent::files::write_atomic(&evidence.join("kept.txt"), text.as_bytes(), 0o644) {
         eprintln!("error: writing {}: {err}", evidence.join("kept.txt").display());
     }
     let signal = stop.wait();
