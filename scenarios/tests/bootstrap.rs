@@ -11,19 +11,22 @@ use std::net::Ipv4Addr;
 use std::time::Instant;
 
 use anyhow::{Context, bail, ensure};
-use rstest::rstest;
 use scenarios::cluster::{run_pod, test_pod, wait_node_ready};
 use scenarios::node::JoinedNode;
 
-#[rstest]
-#[case::localdns("localdns.json")]
-#[case::localdns_off("localdns-off.json")]
-#[case::localdns_offline("localdns-offline.json")]
-fn node_joins_runs_a_pod_with_a_readable_log_and_start_again_changes_nothing(
-    #[case] file: &str,
-) -> anyhow::Result<()> {
-    let node_config = harness::evidence::repo_root().join("node-configs").join(file);
-    JoinedNode::run_case_joining(&node_config, bootstrap)
+/// One case per node config: `node_joins_..._changes_nothing::<config>`.
+macro_rules! case {
+    ($name:ident, $file:literal) => {
+        #[test]
+        fn $name() -> anyhow::Result<()> {
+            JoinedNode::run_case_joining(&scenarios::node_config($file), super::bootstrap)
+        }
+    };
+}
+
+mod node_joins_runs_a_pod_with_a_readable_log_and_start_again_changes_nothing {
+    use scenarios::node::JoinedNode;
+    scenarios::for_every_node_config!(case);
 }
 
 fn bootstrap(node: &mut JoinedNode) -> anyhow::Result<()> {

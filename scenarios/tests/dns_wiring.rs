@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 use kube::api::GetParams;
-use rstest::rstest;
 use scenarios::cluster::wait_node_ready;
 use scenarios::dns::{
     CLUSTER_LISTENER, DnsPolicy, LOCALDNS_RESOLV_CONF, NODE_LISTENER, Nslookup, ResolvConf, Step, in_machine,
@@ -31,14 +30,19 @@ use scenarios::pod_dns::{
 /// cache, not the record, decides how long an answer is kept.
 const TTL: u32 = 300;
 
-#[rstest]
-#[case::localdns("localdns.json")]
-#[case::localdns_offline("localdns-offline.json")]
-fn machine_and_pods_resolve_through_the_listeners_the_spec_assigns_them(
-    #[case] file: &str,
-) -> anyhow::Result<()> {
-    let node_config = harness::evidence::repo_root().join("node-configs").join(file);
-    JoinedNode::run_case(&node_config, dns_wiring)
+/// One case per node config with LocalDNS on: `machine_and_pods_..._assigns_them::<config>`.
+macro_rules! case {
+    ($name:ident, $file:literal) => {
+        #[test]
+        fn $name() -> anyhow::Result<()> {
+            JoinedNode::run_case(&scenarios::node_config($file), super::dns_wiring)
+        }
+    };
+}
+
+mod machine_and_pods_resolve_through_the_listeners_the_spec_assigns_them {
+    use scenarios::node::JoinedNode;
+    scenarios::for_every_localdns_node_config!(case);
 }
 
 fn dns_wiring(node: &mut JoinedNode) -> anyhow::Result<()> {

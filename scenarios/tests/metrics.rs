@@ -9,7 +9,6 @@ use std::net::{Ipv4Addr, SocketAddr};
 
 use anyhow::{Context, ensure};
 use harness::vm::ExitKind;
-use rstest::rstest;
 use scenarios::cluster::{run_pod, wait_node_ready};
 use scenarios::dns::{CLUSTER_LISTENER, DnsPolicy, NODE_LISTENER, Nslookup, Step, lookup_pod, parse_framed};
 use scenarios::metrics::{Metrics, scrape_from_lab};
@@ -24,13 +23,19 @@ const CACHED_NAME: &str = "metrics-cache.lab.test";
 const CACHED_ADDRESS: Ipv4Addr = Ipv4Addr::new(10, 53, 0, 1);
 const CACHED_TTL: u32 = 300;
 
-#[rstest]
-#[case::localdns("localdns.json")]
-fn coredns_metrics_are_served_on_the_node_ip_only_and_count_pod_cache_hits(
-    #[case] file: &str,
-) -> anyhow::Result<()> {
-    let node_config = harness::evidence::repo_root().join("node-configs").join(file);
-    JoinedNode::run_case(&node_config, metrics)
+/// One case per node config with LocalDNS on: `coredns_metrics_..._cache_hits::<config>`.
+macro_rules! case {
+    ($name:ident, $file:literal) => {
+        #[test]
+        fn $name() -> anyhow::Result<()> {
+            JoinedNode::run_case(&scenarios::node_config($file), super::metrics)
+        }
+    };
+}
+
+mod coredns_metrics_are_served_on_the_node_ip_only_and_count_pod_cache_hits {
+    use scenarios::node::JoinedNode;
+    scenarios::for_every_localdns_node_config!(case);
 }
 
 fn metrics(node: &mut JoinedNode) -> anyhow::Result<()> {

@@ -14,7 +14,6 @@ use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
-use rstest::rstest;
 use scenarios::cluster::{FinishedPod, run_pod, test_pod, wait_node_ready};
 use scenarios::dns::{CLUSTER_LISTENER, NODE_LISTENER};
 use scenarios::host_state::{
@@ -57,13 +56,19 @@ const CLUSTER_DNS: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 10);
 /// How often conntrack is read while the pods run.
 const READ_EVERY: Duration = Duration::from_secs(5);
 
-#[rstest]
-#[case::localdns("localdns.json")]
-fn the_host_holds_exactly_the_spec_link_and_table_and_listener_dns_is_never_tracked(
-    #[case] file: &str,
-) -> anyhow::Result<()> {
-    let node_config = harness::evidence::repo_root().join("node-configs").join(file);
-    JoinedNode::run_case(&node_config, notrack)
+/// One case per node config with LocalDNS on: `the_host_holds_..._never_tracked::<config>`.
+macro_rules! case {
+    ($name:ident, $file:literal) => {
+        #[test]
+        fn $name() -> anyhow::Result<()> {
+            JoinedNode::run_case(&scenarios::node_config($file), super::notrack)
+        }
+    };
+}
+
+mod the_host_holds_exactly_the_spec_link_and_table_and_listener_dns_is_never_tracked {
+    use scenarios::node::JoinedNode;
+    scenarios::for_every_localdns_node_config!(case);
 }
 
 fn notrack(node: &mut JoinedNode) -> anyhow::Result<()> {
