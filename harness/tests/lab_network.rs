@@ -40,6 +40,7 @@ fn lab_comes_up_with_its_bridge_address_inside_its_own_namespace() {
         &["ip", "-o", "-4", "addr", "show", "dev", &format!("labbr{n}")],
     );
     assert!(addr.contains("192.168.100.1/24"), "{addr}");
+    assert!(addr.contains("192.168.100.2/24"), "no second upstream DNS address: {addr}");
     let lo = run_in(&lab, &["ip", "-o", "link", "show", "lo"]);
     assert!(lo.contains("UP"), "lo is not up: {lo}");
     assert!(
@@ -66,6 +67,21 @@ fn dns_server_answers_test_records_inside_the_namespace_and_counts_queries() {
     let protocols: Vec<&str> = lab.dns().queries().iter().map(|q| q.protocol).collect::<Vec<_>>();
     assert_eq!(protocols, ["udp", "tcp"]);
 
+    // The same server on the second upstream address, which the log tells apart.
+    let second = format!("@{}", lab.addrs().second_dns_ip());
+    for extra in ["+notcp", "+tcp"] {
+        let answer = run_in(&lab, &["dig", &second, "web.lab.test", "A", "+short", "+tries=1", extra]);
+        assert_eq!(answer.trim(), "10.9.8.7", "{extra}");
+    }
+    let servers: Vec<String> = lab.dns().queries().iter().map(|q| q.server.to_string()).collect();
+    assert_eq!(
+        servers,
+        ["192.168.100.1:53", "192.168.100.1:53", "192.168.100.2:53", "192.168.100.2:53"]
+    );
+    lab.dns().reset_counts();
+    assert_eq!(dig(&lab, &["+short"], "web.lab.test").trim(), "10.9.8.7");
+    assert_eq!(dig(&lab, &["+short", "+tcp"], "web.lab.test").trim(), "10.9.8.7");
+
     let nx = dig(&lab, &[], "missing.lab.test");
     assert!(nx.contains("status: NXDOMAIN"), "{nx}");
     lab.dns().set_failure(DnsFailure::ServFail);
@@ -79,6 +95,7 @@ fn dns_server_answers_test_records_inside_the_namespace_and_counts_queries() {
 
     let log = std::fs::read_to_string(lab.log_dir().join("dns-queries.log")).unwrap();
     assert!(log.contains("web.lab.test. A NoError"), "{log}");
+    assert!(log.contains("to 192.168.100.2:53 over tcp"), "{log}");
     lab.shutdown().unwrap();
 }
 

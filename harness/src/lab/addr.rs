@@ -8,6 +8,7 @@
 //! | network namespace    | `lab-<n>`                      |
 //! | bridge               | `labbr<n>`, `192.168.100.1/24` |
 //! | upstream DNS         | `192.168.100.1:53` (UDP and TCP) |
+//! | second upstream DNS  | `192.168.100.2:53`, the same server (tests moving a VM's resolver) |
 //! | artifact HTTP server | `192.168.100.1:8080`           |
 //! | API server           | `192.168.100.1:6443`           |
 //! | VM `k` (from 0)      | tap `labtap<n>-<k>`, `192.168.100.<10+k>`, MAC `52:54:00:6c:00:<k>` |
@@ -70,6 +71,17 @@ impl LabAddrs {
     /// The upstream DNS server the VMs use.
     pub fn dns(&self) -> SocketAddr {
         SocketAddr::from((self.bridge_ip(), DNS_PORT))
+    }
+
+    /// A second address on the bridge where the same DNS server answers too: a test points a
+    /// VM's resolver at it and tells from [`crate::lab::DnsQuery::server`] which one was asked.
+    pub fn second_dns_ip(&self) -> Ipv4Addr {
+        Ipv4Addr::new(192, 168, SUBNET_OCTET, 2)
+    }
+
+    /// The second upstream DNS server, [`LabAddrs::second_dns_ip`]`:53`.
+    pub fn second_dns(&self) -> SocketAddr {
+        SocketAddr::from((self.second_dns_ip(), DNS_PORT))
     }
 
     /// The artifact HTTP server.

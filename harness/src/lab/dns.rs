@@ -40,6 +40,8 @@ pub struct DnsQuery {
     pub name: String,
     pub record_type: String,
     pub from: SocketAddr,
+    /// The lab address the query arrived at (the upstream or the second upstream).
+    pub server: SocketAddr,
     pub protocol: &'static str,
     /// `NoError`, `NXDomain`, `ServFail`, `Refused` or `dropped`.
     pub outcome: String,
@@ -170,8 +172,15 @@ impl DnsControl {
         state.log.clear();
     }
 
-    /// Records the query and computes the reply; `None` means stay silent.
-    pub fn handle(&self, request: &Message, from: SocketAddr, protocol: &'static str) -> Option<Message> {
+    /// Records the query (from `from`, arrived at `server`) and computes the reply; `None` means
+    /// stay silent.
+    pub fn handle(
+        &self,
+        request: &Message,
+        from: SocketAddr,
+        server: SocketAddr,
+        protocol: &'static str,
+    ) -> Option<Message> {
         let mut state = self.lock();
         let reply = answer(&state, request);
         let outcome = match &reply {
@@ -183,6 +192,7 @@ impl DnsControl {
                 name: key(query.name()),
                 record_type: query.query_type().to_string(),
                 from,
+                server,
                 protocol,
                 outcome: outcome.clone(),
             };
@@ -190,8 +200,8 @@ impl DnsControl {
             if let Some(file) = &mut state.log_file {
                 let _ = writeln!(
                     file,
-                    "{} {} {} from {} over {}",
-                    entry.name, entry.record_type, entry.outcome, entry.from, entry.protocol
+                    "{} {} {} from {} to {} over {}",
+                    entry.name, entry.record_type, entry.outcome, entry.from, entry.server, entry.protocol
                 );
             }
             state.log.push(entry);
@@ -282,7 +292,12 @@ mod tests {
     fn ask(dns: &DnsControl, name: &str, rtype: RecordType) -> Option<Message> {
         let mut request = Message::query();
         request.add_query(Query::query(Name::from_ascii(name).unwrap(), rtype));
-        dns.handle(&request, "192.168.101.10:5353".parse().unwrap(), "udp")
+        dns.handle(
+            &request,
+            "192.168.101.10:5353".parse().unwrap(),
+            "192.168.100.1:53".parse().unwrap(),
+            "udp",
+        )
     }
 
     #[test]

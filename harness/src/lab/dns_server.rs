@@ -15,6 +15,10 @@ const PLAIN_UDP_LIMIT: usize = 512;
 /// Answers UDP queries until the task is dropped.
 pub async fn serve_udp(socket: UdpSocket, dns: DnsControl) {
     let mut buf = vec![0u8; 65535];
+    let Ok(server) = socket.local_addr() else {
+        tracing::warn!("DNS UDP socket without a local address");
+        return;
+    };
     loop {
         let (len, from) = match socket.recv_from(&mut buf).await {
             Ok(got) => got,
@@ -23,7 +27,7 @@ pub async fn serve_udp(socket: UdpSocket, dns: DnsControl) {
                 continue;
             }
         };
-        let Some(bytes) = reply_bytes(&dns, &buf[..len], from, "udp", true) else {
+        let Some(bytes) = reply_bytes(&dns, &buf[..len], from, server, "udp", true) else {
             continue;
         };
         if let Err(err) = socket.send_to(&bytes, from).await {
@@ -34,17 +38,21 @@ pub async fn serve_udp(socket: UdpSocket, dns: DnsControl) {
 
 /// Accepts TCP connections and answers each query on them until the task is dropped.
 pub async fn serve_tcp(listener: TcpListener, dns: DnsControl) {
+    let Ok(server) = listener.local_addr() else {
+        tracing::warn!("DNS TCP listener without a local address");
+        return;
+    };
     loop {
         match listener.accept().await {
             Ok((stream, from)) => {
-                tokio::spawn(serve_tcp_connection(stream, from, dns.clone()));
+                tokio::spawn(serve_tcp_connection(stream, from, server, dns.clone()));
             }
             Err(err) => tracing::warn!(%err, "DNS TCP accept failed"),
         }
     }
 }
 
-async fn serve_tcp_connection(mut stream: TcpStream, from: SocketAddr, dns: DnsControl) {
+async fn serve_tcp_connection(mut stream: TcpStream, from: SocketAddr, server: SocketAddr, dns: DnsControl) {
     loop {
         let Ok(len) = stream.read_u16().await else {
             return;
@@ -53,7 +61,7 @@ async fn serve_tcp_connection(mut stream: TcpStream, from: SocketAddr, dns: DnsC
         if stream.read_exact(&mut buf).await.is_err() {
             return;
         }
-        let Some(bytes) = reply_bytes(&dns, &buf, from, "tcp", false) else {
+        let Some(bytes) = reply_bytes(&dns, &buf, from, server, "tcp", false) else {
             continue; // "drop" failure mode: leave the client waiting
         };
         let Ok(len) = u16::try_from(bytes.len()) else {
@@ -69,6 +77,7 @@ fn reply_bytes(
     dns: &DnsControl,
     raw: &[u8],
     from: SocketAddr,
+    server: SocketAddr,
     protocol: &'static str,
     udp: bool,
 ) -> Option<Vec<u8>> {
@@ -84,7 +93,7 @@ fn reply_bytes(
         .as_ref()
         .map(|e| usize::from(e.max_payload()))
         .unwrap_or(PLAIN_UDP_LIMIT);
-    let reply = dns.handle(&request, from, protocol)?;
+    let reply = dns.handle(&request, from, server, protocol)?;
     let bytes = reply.to_vec().ok()?;
     if udp && bytes.len() > limit {
         return reply.truncate().to_vec().ok();

@@ -45,7 +45,8 @@ fn ip(args: &[&str]) -> Result<(), LabError> {
     Ok(())
 }
 
-/// Creates namespace `lab-<n>` with `lo` up and bridge `labbr<n>` at `192.168.100.1/24`.
+/// Creates namespace `lab-<n>` with `lo` up and bridge `labbr<n>` at `192.168.100.1/24` (and
+/// `192.168.100.2/24`, the second upstream DNS address).
 pub fn create(addrs: &LabAddrs) -> Result<(), LabError> {
     let ns = addrs.netns();
     let bridge = addrs.bridge();
@@ -54,6 +55,8 @@ pub fn create(addrs: &LabAddrs) -> Result<(), LabError> {
     ip(&["-n", &ns, "link", "set", "lo", "up"])?;
     ip(&["-n", &ns, "link", "add", &bridge, "type", "bridge"])?;
     ip(&["-n", &ns, "addr", "add", &cidr, "dev", &bridge])?;
+    let second = format!("{}/{}", addrs.second_dns_ip(), PREFIX_LEN);
+    ip(&["-n", &ns, "addr", "add", &second, "dev", &bridge])?;
     ip(&["-n", &ns, "link", "set", &bridge, "up"])?;
     Ok(())
 }

@@ -55,7 +55,8 @@ fn bind_in(ns: &str, service: &'static str, addr: SocketAddr, kind: Kind) -> Res
 }
 
 impl Services {
-    /// Binds the DNS server (UDP and TCP) and the artifact server inside the
+    /// Binds the DNS server (UDP and TCP, on the upstream and the second upstream address) and the
+    /// artifact server inside the
     /// lab's namespace and starts serving them.
     pub fn start(addrs: &LabAddrs, dns: DnsControl, http: http::HttpControl) -> Result<Services, LabError> {
         let ns = addrs.netns();
@@ -63,6 +64,12 @@ impl Services {
             unreachable!("asked for UDP")
         };
         let Bound::Tcp(dns_tcp) = bind_in(&ns, "DNS server (TCP)", addrs.dns(), Kind::Tcp)? else {
+            unreachable!("asked for TCP")
+        };
+        let Bound::Udp(second_udp) = bind_in(&ns, "second DNS server (UDP)", addrs.second_dns(), Kind::Udp)? else {
+            unreachable!("asked for UDP")
+        };
+        let Bound::Tcp(second_tcp) = bind_in(&ns, "second DNS server (TCP)", addrs.second_dns(), Kind::Tcp)? else {
             unreachable!("asked for TCP")
         };
         let Bound::Tcp(http_tcp) = bind_in(&ns, "artifact HTTP server", addrs.http(), Kind::Tcp)? else {
@@ -83,8 +90,14 @@ impl Services {
                 runtime.block_on(async move {
                     let sockets = (|| {
                         Ok::<_, std::io::Error>((
-                            tokio::net::UdpSocket::from_std(dns_udp)?,
-                            tokio::net::TcpListener::from_std(dns_tcp)?,
+                            [
+                                tokio::net::UdpSocket::from_std(dns_udp)?,
+                                tokio::net::UdpSocket::from_std(second_udp)?,
+                            ],
+                            [
+                                tokio::net::TcpListener::from_std(dns_tcp)?,
+                                tokio::net::TcpListener::from_std(second_tcp)?,
+                            ],
                             tokio::net::TcpListener::from_std(http_tcp)?,
                         ))
                     })();
@@ -95,11 +108,13 @@ impl Services {
                             return;
                         }
                     };
-                    let tasks = [
-                        tokio::spawn(dns_server::serve_udp(dns_udp, dns.clone())),
-                        tokio::spawn(dns_server::serve_tcp(dns_tcp, dns)),
-                        tokio::spawn(http::serve(http_tcp, http)),
-                    ];
+                    let mut tasks = vec![tokio::spawn(http::serve(http_tcp, http))];
+                    for socket in dns_udp {
+                        tasks.push(tokio::spawn(dns_server::serve_udp(socket, dns.clone())));
+                    }
+                    for listener in dns_tcp {
+                        tasks.push(tokio::spawn(dns_server::serve_tcp(listener, dns.clone())));
+                    }
                     let _ = ready_tx.send(Ok(()));
                     let _ = stop_rx.await;
                     for task in tasks {
