@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::Api;
 
 use crate::cluster::run_pod;
-use crate::dns::{DnsPolicy, Nslookup, ResolvConf, Step, lookup_pod, parse_framed, step};
+use crate::dns::{DnsPolicy, NODE_LISTENER, Nslookup, ResolvConf, Step, lookup_pod, parse_framed, step};
 use crate::node::JoinedNode;
 
 /// A `ClusterFirst` pod on the node resolves the `kubernetes` Service through `server` only:
@@ -60,6 +60,35 @@ pub fn a_cluster_first_pod_resolves_the_kubernetes_service_through(
          {cluster_ip}:\n{lookup}"
     );
     eprintln!("==> ClusterFirst pod: {kubernetes} -> {cluster_ip} through {server}");
+    Ok(())
+}
+
+/// A `dnsPolicy: Default` pod on the node resolves the lab name `lab_name` (which the caller
+/// gave the address `address`) through the node listener: busybox `nslookup` says
+/// `Server: <node listener>` and the answer is `address`.
+pub fn a_default_pod_resolves_through_the_node_listener(
+    node: &JoinedNode,
+    lab_name: &str,
+    address: Ipv4Addr,
+) -> anyhow::Result<()> {
+    let pod = lookup_pod(
+        "dns-default",
+        &node.deployed.name,
+        &node.artifacts.test_image_ref,
+        DnsPolicy::Default,
+        &[Step::nslookup("lookup", "a", lab_name)],
+    )?;
+    let finished = run_lookup_pod(node, &pod)?;
+    let steps = parse_framed(&finished)?;
+    let lookup = step(&steps, "lookup")?.ensure_success()?;
+    let out = Nslookup::parse(lookup)?;
+    ensure_server(&out, NODE_LISTENER, "the Default pod", lookup)?;
+    let addresses = out.addresses_of(lab_name);
+    ensure!(
+        addresses == [IpAddr::V4(address)],
+        "the Default pod got {addresses:?} for {lab_name}, expected {address}:\n{lookup}"
+    );
+    eprintln!("==> Default pod: {lab_name} -> {address} through {NODE_LISTENER}");
     Ok(())
 }
 

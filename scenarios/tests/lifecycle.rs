@@ -4,14 +4,16 @@
 //! a `start` that joins the node again. After each step the Node is Ready and pods resolve through
 //! the listeners the design assigns (or `Cluster.ClusterDNS` with LocalDNS off).
 //!
-//! Two cases, each one join: the operations run one after another on the same node, so the
-//! suite pays for two joins, not one per operation.
+//! Three cases: the operations run one after another on the same node, so the suite pays for one
+//! node per case, not one per operation — the first and third resumed from their node configs'
+//! checkpoints, the second a real join (it lists the host before `start`).
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 
 use anyhow::{Context, ensure};
 use scenarios::cluster::wait_node_ready;
-use scenarios::dns::{CLUSTER_LISTENER, ResolvConf, machine_resolv_conf};
+use scenarios::conntrack_burst::listener_queries_leave_no_conntrack_entries;
+use scenarios::dns::{CLUSTER_LISTENER, ResolvConf, in_machine, machine_resolv_conf};
 use scenarios::host_state::{
     ensure_localdns_absent, ensure_localdns_present, existing_paths, unit_properties,
 };
@@ -21,7 +23,10 @@ use scenarios::lifecycle::{
     wait_new_boot_id,
 };
 use scenarios::node::JoinedNode;
-use scenarios::pod_dns::a_cluster_first_pod_resolves_the_kubernetes_service_through;
+use scenarios::pod_dns::{
+    a_cluster_first_pod_resolves_the_kubernetes_service_through,
+    a_default_pod_resolves_through_the_node_listener,
+};
 
 const CONFIG: &str = harness::deploy::plan::GUEST_CONFIG;
 const CONFIG_OFF: &str = "/etc/unbounded/agent/config-localdns-off.json";
@@ -35,7 +40,7 @@ fn a_node_reboots_turns_localdns_off_and_on_in_place_and_survives_a_host_reboot(
     JoinedNode::run_case(&node_config(), |node| {
         let name = node.deployed.name.clone();
         node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
-        managed_reboot(node)?;
+        an_upstream_change_is_kept_by_a_restart_and_taken_by_a_managed_reboot(node)?;
         a_rebuilt_agent_restarts_localdns_and_an_unchanged_one_does_not(node)?;
         // After the reboot (which restarts every container): it must survive LocalDNS off and on.
         let sleeper = start_sleeper(node, "lifecycle-sleeper")?;
@@ -54,6 +59,86 @@ fn a_node_repaves_to_kube2_and_back_and_reset_leaves_the_host_as_before_start() 
         repave_killed_in_each_phase_then_run_again(node, "kube2", "kube1")?;
         reset_and_start_again(node, before)
     })
+}
+
+/// An offline node (its artifacts from the bundle on the VM, no route to the artifact server)
+/// repaves to the other slot with the same checks as online, and the artifact server logs no
+/// request (checked after every offline case, with its positive control).
+#[test]
+fn an_offline_node_repaves_without_a_request_to_the_artifact_server() -> anyhow::Result<()> {
+    JoinedNode::run_case(&scenarios::node_config("localdns-offline.json"), |node| {
+        let name = node.deployed.name.clone();
+        node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
+        repave(node, "kube1", "kube2")
+    })
+}
+
+/// Upstreams are discovered at a managed reboot (and a repave), not at a restart (docs/design.md
+/// §3). The VM's resolver moves from the lab's upstream to its second address (the same server,
+/// whose log says which address a query arrived at): `systemctl restart localdns` keeps the node
+/// listener asking the old one; after `unbounded-agent reboot` a `Default` pod's lookup through
+/// the node listener reaches only the new one.
+fn an_upstream_change_is_kept_by_a_restart_and_taken_by_a_managed_reboot(
+    node: &mut JoinedNode,
+) -> anyhow::Result<()> {
+    let (old, new) = (node.lab.addrs().bridge_ip(), node.lab.addrs().second_dns_ip());
+    let text = node.vm.run("cat /etc/resolv.conf")?;
+    ensure!(
+        ResolvConf::parse(&text).nameservers() == [old.to_string()],
+        "the VM's resolver should be {old} before the change:\n{text}"
+    );
+    let moved: String = text
+        .lines()
+        .map(|l| match l.split_whitespace().next() {
+            Some("nameserver") => format!("nameserver {new}\n"),
+            _ => format!("{l}\n"),
+        })
+        .collect();
+    node.vm.write_file("/etc/resolv.conf", moved.as_bytes(), 0o644)?;
+    eprintln!("==> the VM's resolver moved from {old} to {new}");
+
+    let (code, out) = node.machine_systemctl("kube1", "restart localdns.service")?;
+    ensure!(code == Some(0), "restarting localdns.service failed ({code:?}):\n{out}");
+    let kept = format!("upstream-kept-{}.lab.test.", std::process::id());
+    let kept_ip = Ipv4Addr::new(10, 77, 1, 1);
+    node.lab.dns().set_a(&kept, &[kept_ip], 300)?;
+    let answer = node
+        .vm
+        .run(&in_machine("kube1", &format!("getent ahostsv4 {kept}")))?;
+    ensure!(
+        answer.contains(&kept_ip.to_string()),
+        "the machine did not resolve {kept} through the node listener:\n{answer}"
+    );
+    ensure_only_asked(node, &kept, old, "after `systemctl restart localdns`")?;
+
+    managed_reboot(node)?;
+    let moved_name = format!("upstream-moved-{}.lab.test.", std::process::id());
+    let moved_ip = Ipv4Addr::new(10, 77, 1, 2);
+    node.lab.dns().set_a(&moved_name, &[moved_ip], 300)?;
+    a_default_pod_resolves_through_the_node_listener(node, &moved_name, moved_ip)?;
+    ensure_only_asked(node, &moved_name, new, "after the managed reboot")
+}
+
+/// Every query for `name` the lab's DNS server received arrived at `server`, and there was one.
+fn ensure_only_asked(node: &JoinedNode, name: &str, server: Ipv4Addr, when: &str) -> anyhow::Result<()> {
+    let asked: Vec<_> = node
+        .lab
+        .dns()
+        .queries()
+        .into_iter()
+        .filter(|q| q.name == name)
+        .collect();
+    ensure!(!asked.is_empty(), "no query for {name} reached the lab's DNS {when}");
+    let elsewhere: Vec<_> = asked
+        .iter()
+        .filter(|q| q.server.ip() != IpAddr::V4(server))
+        .collect();
+    ensure!(
+        elsewhere.is_empty(),
+        "{when} the node listener should ask only {server} for {name}, yet: {elsewhere:?}"
+    );
+    eprintln!("==> {when}: {} queries for {name}, all at {server}", asked.len());
+    Ok(())
 }
 
 /// `unbounded-agent reboot`: the machine boots anew (the Node's bootID changes), LocalDNS is ready
@@ -197,7 +282,8 @@ fn localdns_on_in_place(node: &mut JoinedNode, sleeper: &str) -> anyhow::Result<
 }
 
 /// The VM itself reboots: with no agent run, the network unit brings back link and table, the
-/// machine starts from `machines.target`, LocalDNS is ready before kubelet, the Node is Ready.
+/// machine starts from `machines.target`, LocalDNS is ready before kubelet, the Node is Ready,
+/// pods resolve, and a burst of pod queries leaves no conntrack entry for the listeners.
 fn host_reboot(node: &mut JoinedNode) -> anyhow::Result<()> {
     let name = node.deployed.name.clone();
     let old = node_boot_id(node)?;
@@ -207,7 +293,8 @@ fn host_reboot(node: &mut JoinedNode) -> anyhow::Result<()> {
     node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
     ensure_localdns_present(&node.vm, "kube1")?;
     ensure_localdns_ready_before_kubelet(&node.vm, "kube1")?;
-    a_cluster_first_pod_resolves_the_kubernetes_service_through(node, CLUSTER_LISTENER)
+    a_cluster_first_pod_resolves_the_kubernetes_service_through(node, CLUSTER_LISTENER)?;
+    listener_queries_leave_no_conntrack_entries(node)
 }
 
 /// `unbounded-agent repave` from `from` to `to`: the Node keeps its name and is Ready, the
