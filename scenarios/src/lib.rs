@@ -31,6 +31,19 @@ use harness::lab::{Lab, LabSpec};
 use harness::node_config::NodeConfig;
 use harness::vm::{BootImage, Vm};
 
+/// One scenario case, as [`for_every_node_config!`] expands it:
+/// `node_config_case!(<name>, "<file>", <runner>, <case>)` is the test `<name>` that calls
+/// `<runner>(&node_config("<file>"), <case>)`, e.g. with [`node::JoinedNode::run_case`].
+#[macro_export]
+macro_rules! node_config_case {
+    ($name:ident, $file:literal, $runner:path, $case:path) => {
+        #[test]
+        fn $name() -> anyhow::Result<()> {
+            $runner(&$crate::node_config($file), $case)
+        }
+    };
+}
+
 /// `node-configs/<file>` of this checkout.
 pub fn node_config(file: &str) -> PathBuf {
     harness::evidence::repo_root().join("node-configs").join(file)
@@ -111,12 +124,12 @@ mod tests {
     fn every_node_config_file_is_a_case_and_the_localdns_ones_are_the_files_with_it_on() {
         let (mut every, mut localdns) = (Vec::new(), Vec::new());
         macro_rules! into_every {
-            ($name:ident, $file:literal) => {
+            ($name:ident, $file:literal $(,)?) => {
                 every.push((stringify!($name), $file));
             };
         }
         macro_rules! into_localdns {
-            ($name:ident, $file:literal) => {
+            ($name:ident, $file:literal $(,)?) => {
                 localdns.push($file);
             };
         }

@@ -14,19 +14,10 @@ use anyhow::{Context, bail, ensure};
 use scenarios::cluster::{run_pod, test_pod, wait_node_ready};
 use scenarios::node::JoinedNode;
 
-/// One case per node config: `node_joins_..._changes_nothing::<config>`.
-macro_rules! case {
-    ($name:ident, $file:literal) => {
-        #[test]
-        fn $name() -> anyhow::Result<()> {
-            JoinedNode::run_case_joining(&scenarios::node_config($file), super::bootstrap)
-        }
-    };
-}
-
+/// One case per node config: `node_joins_runs_a_pod_with_a_readable_log_and_start_again_changes_nothing::<config>`.
 mod node_joins_runs_a_pod_with_a_readable_log_and_start_again_changes_nothing {
-    use scenarios::node::JoinedNode;
-    scenarios::for_every_node_config!(case);
+    use scenarios::node_config_case;
+    scenarios::for_every_node_config!(node_config_case, scenarios::node::JoinedNode::run_case_joining, super::bootstrap);
 }
 
 fn bootstrap(node: &mut JoinedNode) -> anyhow::Result<()> {

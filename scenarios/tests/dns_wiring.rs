@@ -30,19 +30,10 @@ use scenarios::pod_dns::{
 /// cache, not the record, decides how long an answer is kept.
 const TTL: u32 = 300;
 
-/// One case per node config with LocalDNS on: `machine_and_pods_..._assigns_them::<config>`.
-macro_rules! case {
-    ($name:ident, $file:literal) => {
-        #[test]
-        fn $name() -> anyhow::Result<()> {
-            JoinedNode::run_case(&scenarios::node_config($file), super::dns_wiring)
-        }
-    };
-}
-
+/// One case per node config with LocalDNS on: `machine_and_pods_resolve_through_the_listeners_the_spec_assigns_them::<config>`.
 mod machine_and_pods_resolve_through_the_listeners_the_spec_assigns_them {
-    use scenarios::node::JoinedNode;
-    scenarios::for_every_localdns_node_config!(case);
+    use scenarios::node_config_case;
+    scenarios::for_every_localdns_node_config!(node_config_case, scenarios::node::JoinedNode::run_case, super::dns_wiring);
 }
 
 fn dns_wiring(node: &mut JoinedNode) -> anyhow::Result<()> {

@@ -23,19 +23,10 @@ const CACHED_NAME: &str = "metrics-cache.lab.test";
 const CACHED_ADDRESS: Ipv4Addr = Ipv4Addr::new(10, 53, 0, 1);
 const CACHED_TTL: u32 = 300;
 
-/// One case per node config with LocalDNS on: `coredns_metrics_..._cache_hits::<config>`.
-macro_rules! case {
-    ($name:ident, $file:literal) => {
-        #[test]
-        fn $name() -> anyhow::Result<()> {
-            JoinedNode::run_case(&scenarios::node_config($file), super::metrics)
-        }
-    };
-}
-
+/// One case per node config with LocalDNS on: `coredns_metrics_are_served_on_the_node_ip_only_and_count_pod_cache_hits::<config>`.
 mod coredns_metrics_are_served_on_the_node_ip_only_and_count_pod_cache_hits {
-    use scenarios::node::JoinedNode;
-    scenarios::for_every_localdns_node_config!(case);
+    use scenarios::node_config_case;
+    scenarios::for_every_localdns_node_config!(node_config_case, scenarios::node::JoinedNode::run_case, super::metrics);
 }
 
 fn metrics(node: &mut JoinedNode) -> anyhow::Result<()> {

@@ -44,19 +44,10 @@ const EXPECTED_RULES: [&str; 16] = [
 const EXPECTED_ADDRESSES: [&str; 2] = ["169.254.10.10/32", "169.254.10.11/32"];
 
 
-/// One case per node config with LocalDNS on: `the_host_holds_..._never_tracked::<config>`.
-macro_rules! case {
-    ($name:ident, $file:literal) => {
-        #[test]
-        fn $name() -> anyhow::Result<()> {
-            JoinedNode::run_case(&scenarios::node_config($file), super::notrack)
-        }
-    };
-}
-
+/// One case per node config with LocalDNS on: `the_host_holds_exactly_the_spec_link_and_table_and_listener_dns_is_never_tracked::<config>`.
 mod the_host_holds_exactly_the_spec_link_and_table_and_listener_dns_is_never_tracked {
-    use scenarios::node::JoinedNode;
-    scenarios::for_every_localdns_node_config!(case);
+    use scenarios::node_config_case;
+    scenarios::for_every_localdns_node_config!(node_config_case, scenarios::node::JoinedNode::run_case, super::notrack);
 }
 
 fn notrack(node: &mut JoinedNode) -> anyhow::Result<()> {
