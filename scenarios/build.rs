@@ -24,10 +24,16 @@ fn read(path: &Path) -> Result<NodeConfigFile, String> {
     let stem = file.trim_end_matches(".json");
     let name = stem.replace('-', "_");
     let first_is_letter = name.chars().next().is_some_and(|c| c.is_ascii_lowercase());
-    if !first_is_letter || !name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_') {
-        return Err("the file name must be lower-case letters, digits and `-`, starting with a letter \
+    if !first_is_letter
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+    {
+        return Err(
+            "the file name must be lower-case letters, digits and `-`, starting with a letter \
                     (it names the test cases)"
-            .into());
+                .into(),
+        );
     }
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read it: {e}"))?;
     let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("not JSON: {e}"))?;
@@ -36,7 +42,11 @@ fn read(path: &Path) -> Result<NodeConfigFile, String> {
         Some(serde_json::Value::Bool(on)) => *on,
         Some(other) => return Err(format!("`localDNS` must be true or false, not {other}")),
     };
-    Ok(NodeConfigFile { name, file, local_dns })
+    Ok(NodeConfigFile {
+        name,
+        file,
+        local_dns,
+    })
 }
 
 fn macro_for(name: &str, doc: &str, configs: &[&NodeConfigFile]) -> String {

@@ -40,7 +40,10 @@ fn lab_comes_up_with_its_bridge_address_inside_its_own_namespace() {
         &["ip", "-o", "-4", "addr", "show", "dev", &format!("labbr{n}")],
     );
     assert!(addr.contains("192.168.100.1/24"), "{addr}");
-    assert!(addr.contains("192.168.100.2/24"), "no second upstream DNS address: {addr}");
+    assert!(
+        addr.contains("192.168.100.2/24"),
+        "no second upstream DNS address: {addr}"
+    );
     let lo = run_in(&lab, &["ip", "-o", "link", "show", "lo"]);
     assert!(lo.contains("UP"), "lo is not up: {lo}");
     assert!(
@@ -70,13 +73,21 @@ fn dns_server_answers_test_records_inside_the_namespace_and_counts_queries() {
     // The same server on the second upstream address, which the log tells apart.
     let second = format!("@{}", lab.addrs().second_dns_ip());
     for extra in ["+notcp", "+tcp"] {
-        let answer = run_in(&lab, &["dig", &second, "web.lab.test", "A", "+short", "+tries=1", extra]);
+        let answer = run_in(
+            &lab,
+            &["dig", &second, "web.lab.test", "A", "+short", "+tries=1", extra],
+        );
         assert_eq!(answer.trim(), "10.9.8.7", "{extra}");
     }
     let servers: Vec<String> = lab.dns().queries().iter().map(|q| q.server.to_string()).collect();
     assert_eq!(
         servers,
-        ["192.168.100.1:53", "192.168.100.1:53", "192.168.100.2:53", "192.168.100.2:53"]
+        [
+            "192.168.100.1:53",
+            "192.168.100.1:53",
+            "192.168.100.2:53",
+            "192.168.100.2:53"
+        ]
     );
     lab.dns().reset_counts();
     assert_eq!(dig(&lab, &["+short"], "web.lab.test").trim(), "10.9.8.7");

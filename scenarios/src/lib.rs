@@ -140,7 +140,10 @@ mod tests {
             .iter()
             .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
             .collect();
-        assert_eq!(every.iter().map(|(_, f)| f.to_string()).collect::<Vec<_>>(), files);
+        assert_eq!(
+            every.iter().map(|(_, f)| f.to_string()).collect::<Vec<_>>(),
+            files
+        );
         for (name, file) in &every {
             assert_eq!(*name, file.trim_end_matches(".json").replace('-', "_"));
         }
@@ -149,8 +152,14 @@ mod tests {
             .filter(|p| NodeConfig::load(p).unwrap().local_dns)
             .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
             .collect();
-        assert_eq!(localdns.iter().map(ToString::to_string).collect::<Vec<_>>(), with_localdns);
-        assert!(with_localdns.len() < files.len(), "the node configs should include one with LocalDNS off");
+        assert_eq!(
+            localdns.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            with_localdns
+        );
+        assert!(
+            with_localdns.len() < files.len(),
+            "the node configs should include one with LocalDNS off"
+        );
     }
 
     #[test]

@@ -17,7 +17,11 @@ use scenarios::node::JoinedNode;
 /// One case per node config: `node_joins_runs_a_pod_with_a_readable_log_and_start_again_changes_nothing::<config>`.
 mod node_joins_runs_a_pod_with_a_readable_log_and_start_again_changes_nothing {
     use scenarios::node_config_case;
-    scenarios::for_every_node_config!(node_config_case, scenarios::node::JoinedNode::run_case_joining, super::bootstrap);
+    scenarios::for_every_node_config!(
+        node_config_case,
+        scenarios::node::JoinedNode::run_case_joining,
+        super::bootstrap
+    );
 }
 
 fn bootstrap(node: &mut JoinedNode) -> anyhow::Result<()> {

@@ -33,7 +33,11 @@ const TTL: u32 = 300;
 /// One case per node config with LocalDNS on: `machine_and_pods_resolve_through_the_listeners_the_spec_assigns_them::<config>`.
 mod machine_and_pods_resolve_through_the_listeners_the_spec_assigns_them {
     use scenarios::node_config_case;
-    scenarios::for_every_localdns_node_config!(node_config_case, scenarios::node::JoinedNode::run_case, super::dns_wiring);
+    scenarios::for_every_localdns_node_config!(
+        node_config_case,
+        scenarios::node::JoinedNode::run_case,
+        super::dns_wiring
+    );
 }
 
 fn dns_wiring(node: &mut JoinedNode) -> anyhow::Result<()> {

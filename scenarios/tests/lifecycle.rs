@@ -98,7 +98,10 @@ fn an_upstream_change_is_kept_by_a_restart_and_taken_by_a_managed_reboot(
     eprintln!("==> the VM's resolver moved from {old} to {new}");
 
     let (code, out) = node.machine_systemctl("kube1", "restart localdns.service")?;
-    ensure!(code == Some(0), "restarting localdns.service failed ({code:?}):\n{out}");
+    ensure!(
+        code == Some(0),
+        "restarting localdns.service failed ({code:?}):\n{out}"
+    );
     let kept = format!("upstream-kept-{}.lab.test.", std::process::id());
     let kept_ip = Ipv4Addr::new(10, 77, 1, 1);
     node.lab.dns().set_a(&kept, &[kept_ip], 300)?;
@@ -128,7 +131,10 @@ fn ensure_only_asked(node: &JoinedNode, name: &str, server: Ipv4Addr, when: &str
         .into_iter()
         .filter(|q| q.name == name)
         .collect();
-    ensure!(!asked.is_empty(), "no query for {name} reached the lab's DNS {when}");
+    ensure!(
+        !asked.is_empty(),
+        "no query for {name} reached the lab's DNS {when}"
+    );
     let elsewhere: Vec<_> = asked
         .iter()
         .filter(|q| q.server.ip() != IpAddr::V4(server))

@@ -26,7 +26,11 @@ const CACHED_TTL: u32 = 300;
 /// One case per node config with LocalDNS on: `coredns_metrics_are_served_on_the_node_ip_only_and_count_pod_cache_hits::<config>`.
 mod coredns_metrics_are_served_on_the_node_ip_only_and_count_pod_cache_hits {
     use scenarios::node_config_case;
-    scenarios::for_every_localdns_node_config!(node_config_case, scenarios::node::JoinedNode::run_case, super::metrics);
+    scenarios::for_every_localdns_node_config!(
+        node_config_case,
+        scenarios::node::JoinedNode::run_case,
+        super::metrics
+    );
 }
 
 fn metrics(node: &mut JoinedNode) -> anyhow::Result<()> {

@@ -43,11 +43,14 @@ const EXPECTED_RULES: [&str; 16] = [
 ];
 const EXPECTED_ADDRESSES: [&str; 2] = ["169.254.10.10/32", "169.254.10.11/32"];
 
-
 /// One case per node config with LocalDNS on: `the_host_holds_exactly_the_spec_link_and_table_and_listener_dns_is_never_tracked::<config>`.
 mod the_host_holds_exactly_the_spec_link_and_table_and_listener_dns_is_never_tracked {
     use scenarios::node_config_case;
-    scenarios::for_every_localdns_node_config!(node_config_case, scenarios::node::JoinedNode::run_case, super::notrack);
+    scenarios::for_every_localdns_node_config!(
+        node_config_case,
+        scenarios::node::JoinedNode::run_case,
+        super::notrack
+    );
 }
 
 fn notrack(node: &mut JoinedNode) -> anyhow::Result<()> {

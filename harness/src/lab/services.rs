@@ -66,10 +66,12 @@ impl Services {
         let Bound::Tcp(dns_tcp) = bind_in(&ns, "DNS server (TCP)", addrs.dns(), Kind::Tcp)? else {
             unreachable!("asked for TCP")
         };
-        let Bound::Udp(second_udp) = bind_in(&ns, "second DNS server (UDP)", addrs.second_dns(), Kind::Udp)? else {
+        let Bound::Udp(second_udp) = bind_in(&ns, "second DNS server (UDP)", addrs.second_dns(), Kind::Udp)?
+        else {
             unreachable!("asked for UDP")
         };
-        let Bound::Tcp(second_tcp) = bind_in(&ns, "second DNS server (TCP)", addrs.second_dns(), Kind::Tcp)? else {
+        let Bound::Tcp(second_tcp) = bind_in(&ns, "second DNS server (TCP)", addrs.second_dns(), Kind::Tcp)?
+        else {
             unreachable!("asked for TCP")
         };
         let Bound::Tcp(http_tcp) = bind_in(&ns, "artifact HTTP server", addrs.http(), Kind::Tcp)? else {
