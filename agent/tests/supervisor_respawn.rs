@@ -1,12 +1,13 @@
-//! The built supervisor answers a CoreDNS crash by starting CoreDNS again itself, without exiting:
-//! the real CoreDNS (the binary the lab builds) under the real supervisor, in a fresh network
-//! namespace with the listener addresses on `lo`, killed with SIGKILL again and again; after each
-//! kill both listeners answer the health name again, from a new CoreDNS process under the same
-//! supervisor. The time from each kill until both answer is printed (min/median/max; the figure
-//! is in docs/perf.md). A hung CoreDNS (SIGSTOP) is killed by the supervisor after three failed
-//! checks in a row and started again. A CoreDNS that cannot start again (its Corefile broken meanwhile) is tried
-//! three times, then ends the supervisor with CoreDNS's exit status, for systemd to restart the
-//! unit.
+//! The built supervisor answers a CoreDNS crash itself, without exiting: the real CoreDNS (the
+//! binary the lab builds) under the real supervisor, in a fresh network namespace with the listener
+//! addresses on `lo`, killed with SIGKILL again and again; after each kill both listeners answer
+//! the health name again — with a runtime directory, from the warm standby CoreDNS that took over
+//! (its pid), without one from a new CoreDNS — under the same supervisor. The time from each kill
+//! until both answer is printed (min/median/max; the figures are in docs/perf.md). A hung CoreDNS
+//! (SIGSTOP) is killed by the supervisor after three failed checks in a row and the standby takes
+//! over. A CoreDNS that cannot start again (its Corefile broken meanwhile) is tried three times,
+//! then ends the supervisor with CoreDNS's exit status, for systemd to restart the unit — with a
+//! standby too, whose reload of the broken Corefile fails first.
 //!
 //! Needs root (a network namespace, `ip`) and CoreDNS (`harness images build`, or
 //! `$LOCALDNS_TEST_COREDNS`).
@@ -49,8 +50,18 @@ impl Drop for Supervised {
     }
 }
 
+/// With or without the warm standby (a runtime directory, as systemd's `RuntimeDirectory=` gives).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Standby {
+    On,
+    Off,
+}
+
+/// The first line of the standby's placeholder Corefile.
+const PLACEHOLDER: &str = "# The LocalDNS supervisor's warm standby";
+
 impl Supervised {
-    fn start() -> Supervised {
+    fn start(standby: Standby) -> Supervised {
         if let Err(err) = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET) {
             panic!("unshare(CLONE_NEWNET) failed ({err}): this test needs root");
         }
@@ -76,6 +87,11 @@ impl Supervised {
             }
         }
         let log = std::fs::File::create(dir.path().join("supervisor.log")).unwrap();
+        if standby == Standby::On {
+            let run = dir.path().join("run");
+            std::fs::create_dir(&run).unwrap();
+            cmd.env("RUNTIME_DIRECTORY", &run);
+        }
         cmd.env("LOCALDNS_COREFILE", &corefile)
             .env("LOCALDNS_COREDNS", find_coredns())
             .env("NOTIFY_SOCKET", &notify_path)
@@ -89,7 +105,15 @@ impl Supervised {
             dir,
         };
         supervised.until_notified("READY=1", Duration::from_secs(60));
+        if standby == Standby::On {
+            supervised.until_standby_ready();
+        }
         supervised
+    }
+
+    /// Waits for the supervisor's status that a standby answers on its placeholder.
+    fn until_standby_ready(&self) {
+        self.until_notified("ready", Duration::from_secs(60));
     }
 
     fn log(&self) -> String {
@@ -134,16 +158,35 @@ impl Supervised {
         children
     }
 
-    /// The supervisor's CoreDNS: its only child process.
+    /// Whether child `pid` is the standby: its `-conf` file holds the placeholder.
+    fn is_standby(pid: i32) -> bool {
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        args.iter()
+            .position(|a| *a == b"-conf")
+            .and_then(|i| args.get(i + 1))
+            .and_then(|conf| std::fs::read_to_string(String::from_utf8_lossy(conf).as_ref()).ok())
+            .is_some_and(|text| text.starts_with(PLACEHOLDER))
+    }
+
+    /// The supervisor's active CoreDNS: its one child that is not the standby.
     fn coredns_pid(&self) -> i32 {
-        let children = self.children();
+        let active: Vec<i32> = self.children().into_iter().filter(|p| !Self::is_standby(*p)).collect();
         assert_eq!(
-            children.len(),
+            active.len(),
             1,
-            "the supervisor's children: {children:?}\n{}",
+            "the supervisor's active CoreDNS children: {active:?} (all: {:?})\n{}",
+            self.children(),
             self.log()
         );
-        children[0]
+        active[0]
+    }
+
+    /// The supervisor's standby CoreDNS.
+    fn standby_pid(&self) -> i32 {
+        let standby: Vec<i32> = self.children().into_iter().filter(|p| Self::is_standby(*p)).collect();
+        assert_eq!(standby.len(), 1, "standby children: {standby:?}\n{}", self.log());
+        standby[0]
     }
 
     /// Whether both listeners answer the health name now (rcode 0 within 100 ms each).
@@ -182,34 +225,41 @@ impl Supervised {
     }
 }
 
-#[test]
-fn coredns_killed_twenty_times_is_started_again_by_the_same_supervisor_each_time() {
-    let mut s = Supervised::start();
+/// Kills CoreDNS `KILLS` times and prints the recovery times; with the standby on, each kill is
+/// answered by the standby that was ready (its pid becomes the active one), without it by a new
+/// CoreDNS.
+fn kill_again_and_again(standby: Standby) {
+    let mut s = Supervised::start(standby);
     assert!(s.both_answer(), "not answering after READY=1\n{}", s.log());
     let supervisor_pid = s.supervisor.0.id();
     let mut times = Vec::new();
-    let mut pids = Vec::new();
     for _ in 0..KILLS {
+        let ready = (standby == Standby::On).then(|| s.standby_pid());
         let (pid, took) = s.kill_coredns_and_time_recovery();
-        pids.push(pid);
         times.push(took);
         // The supervisor saw it healthy too (`/ready` as well), before the next kill.
         s.until_notified("STATUS=CoreDNS healthy again", GIVE_UP);
-        // Each answer comes from a new CoreDNS under the same supervisor.
-        assert_ne!(s.coredns_pid(), pid, "{}", s.log());
+        let now = s.coredns_pid();
+        assert_ne!(now, pid, "{}", s.log());
+        if let Some(ready) = ready {
+            assert_eq!(now, ready, "the standby {ready} should have taken over\n{}", s.log());
+            s.until_standby_ready();
+            assert_ne!(s.standby_pid(), ready, "{}", s.log());
+        }
         assert_eq!(s.supervisor.0.id(), supervisor_pid);
         assert!(s.supervisor().try_wait().unwrap().is_none(), "{}", s.log());
     }
     let log = s.log();
-    assert_eq!(
-        log.matches("CoreDNS exited; starting it again").count(),
-        KILLS,
-        "one restart logged per kill:\n{log}"
-    );
+    let how = match standby {
+        Standby::On => "CoreDNS exited; the standby takes over",
+        Standby::Off => "CoreDNS exited; starting it again",
+    };
+    assert_eq!(log.matches(how).count(), KILLS, "one {how:?} logged per kill:\n{log}");
     times.sort();
     eprintln!(
-        "CoreDNS SIGKILLed {KILLS} times: both listeners answered again after min {:.0?}, median {:.0?}, \
+        "CoreDNS SIGKILLed {KILLS} times ({}): both listeners answered again after min {:.0?}, median {:.0?}, \
          max {:.0?} (all: {:?})",
+        if standby == Standby::On { "the standby took over" } else { "no standby: started again" },
         times[0],
         times[KILLS / 2],
         times[KILLS - 1],
@@ -218,8 +268,20 @@ fn coredns_killed_twenty_times_is_started_again_by_the_same_supervisor_each_time
 }
 
 #[test]
-fn a_coredns_that_cannot_start_again_ends_the_supervisor_with_its_status() {
-    let mut s = Supervised::start();
+fn coredns_killed_twenty_times_is_answered_by_the_warm_standby_under_the_same_supervisor() {
+    kill_again_and_again(Standby::On);
+}
+
+#[test]
+fn without_a_standby_coredns_killed_twenty_times_is_started_again_by_the_same_supervisor() {
+    kill_again_and_again(Standby::Off);
+}
+
+/// The Corefile broken while CoreDNS runs, then CoreDNS killed: every start fails; the third
+/// failure ends the supervisor with CoreDNS's status. With the standby, its reload of the broken
+/// Corefile fails first (it keeps its placeholder) and is given up after the take-over timeout.
+fn a_coredns_that_cannot_start_again(standby: Standby) {
+    let mut s = Supervised::start(standby);
     let corefile: PathBuf = s.dir.path().join("Corefile");
     std::fs::write(&corefile, ".:53 {\n    no-such-plugin\n}\n").unwrap();
     let pid = s.coredns_pid();
@@ -242,7 +304,13 @@ fn a_coredns_that_cannot_start_again_ends_the_supervisor_with_its_status() {
         Some(1),
         "CoreDNS's exit code (a bad Corefile):\n{log}"
     );
-    assert!(log.contains("CoreDNS exited; starting it again"), "{log}");
+    match standby {
+        Standby::On => {
+            assert!(log.contains("CoreDNS exited; the standby takes over"), "{log}");
+            assert!(log.contains("the standby that took over is not healthy"), "{log}");
+        }
+        Standby::Off => assert!(log.contains("CoreDNS exited; starting it again"), "{log}"),
+    }
     // Started three times in all; the third exit ends it.
     assert_eq!(
         log.matches("CoreDNS exited again before it was healthy; starting it again")
@@ -254,11 +322,22 @@ fn a_coredns_that_cannot_start_again_ends_the_supervisor_with_its_status() {
 }
 
 #[test]
-fn a_hung_coredns_is_killed_and_started_again_by_the_same_supervisor() {
-    let mut s = Supervised::start();
+fn a_coredns_that_cannot_start_again_ends_the_supervisor_with_its_status() {
+    a_coredns_that_cannot_start_again(Standby::Off);
+}
+
+#[test]
+fn a_standby_that_cannot_take_over_is_given_up_and_the_supervisor_ends_with_coredns_status() {
+    a_coredns_that_cannot_start_again(Standby::On);
+}
+
+#[test]
+fn a_hung_coredns_is_killed_and_the_standby_takes_over_under_the_same_supervisor() {
+    let mut s = Supervised::start(Standby::On);
     assert!(s.both_answer(), "not answering after READY=1\n{}", s.log());
     let supervisor_pid = s.supervisor.0.id();
     let pid = s.coredns_pid();
+    let standby = s.standby_pid();
     // SIGSTOP: the process lives on, its sockets stay bound, nothing answers.
     kill(Pid::from_raw(pid), Signal::SIGSTOP).unwrap();
     let hung = Instant::now();
@@ -280,10 +359,10 @@ fn a_hung_coredns_is_killed_and_started_again_by_the_same_supervisor() {
     }
     let took = hung.elapsed();
     s.until_notified("STATUS=CoreDNS healthy again", GIVE_UP);
-    assert_ne!(
+    assert_eq!(
         s.coredns_pid(),
-        pid,
-        "the answers come from the stopped CoreDNS\n{}",
+        standby,
+        "the answers should come from the standby that took over\n{}",
         s.log()
     );
     assert!(
@@ -302,9 +381,9 @@ fn a_hung_coredns_is_killed_and_started_again_by_the_same_supervisor() {
         "{log}"
     );
     assert_eq!(
-        log.matches("CoreDNS exited; starting it again").count(),
+        log.matches("CoreDNS exited; the standby takes over").count(),
         1,
         "{log}"
     );
-    eprintln!("CoreDNS hung (SIGSTOP): both listeners answered a new CoreDNS after {took:.1?}");
+    eprintln!("CoreDNS hung (SIGSTOP): both listeners answered the standby that took over after {took:.1?}");
 }

@@ -1,15 +1,16 @@
 //! Scenario `faults`: LocalDNS on a joined node keeps answering, or comes back, when things go
 //! wrong — each fault's recovery time printed (figures, not timed assertions; docs/perf.md):
 //!
-//! * CoreDNS killed with SIGKILL [`KILLS`] times: each time a new CoreDNS answers on both
-//!   listeners (over TCP, so a listener that is gone refuses at once); min/median/max printed;
+//! * CoreDNS killed with SIGKILL [`KILLS`] times, each time once the supervisor's warm standby
+//!   CoreDNS is ready: the standby takes over (it then holds the listeners) and answers on both
+//!   (over TCP, so a listener that is gone refuses at once); min/median/max printed;
 //! * the lab's upstream DNS stops answering: a name cached before keeps answering from the node
 //!   listener after its TTL (`serve_stale`, `coredns_cache_served_stale_total` rises), a name never
 //!   asked gets no address, and names resolve again once the upstream answers;
 //! * the supervisor killed with SIGKILL: systemd starts `localdns.service` again and both
 //!   listeners answer;
 //! * CoreDNS hung with SIGSTOP: three failed checks in a row and the supervisor (the same process)
-//!   kills it and starts a new one; both listeners answer the new CoreDNS.
+//!   kills it and the standby takes over; both listeners answer it.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
@@ -76,9 +77,49 @@ fn only_pid(node: &JoinedNode, name: &str) -> anyhow::Result<String> {
     }
 }
 
+/// The CoreDNS holding the node listener's port 53 (the active one; the standby serves only a
+/// loopback placeholder).
+fn active_coredns(node: &JoinedNode) -> anyhow::Result<String> {
+    let out = node
+        .vm
+        .run(&format!("ss -Hlnpu src {NODE_LISTENER} sport = :53"))?;
+    let pids: std::collections::BTreeSet<&str> = out
+        .split("pid=")
+        .skip(1)
+        .filter_map(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .filter(|pid| !pid.is_empty())
+        .collect();
+    match pids.into_iter().collect::<Vec<_>>().as_slice() {
+        [one] => Ok(one.to_string()),
+        other => bail!("expected one process on {NODE_LISTENER}:53, ss finds {other:?}:\n{out}"),
+    }
+}
+
+/// Waits until the supervisor's status names a ready standby CoreDNS other than `not` (the
+/// active one) and returns its pid.
+fn until_standby_ready(node: &JoinedNode, not: &str) -> anyhow::Result<String> {
+    let started = std::time::Instant::now();
+    loop {
+        let (_, status) = node.machine_systemctl("kube1", "show -p StatusText --value localdns.service")?;
+        let pid = status
+            .split("standby CoreDNS ")
+            .nth(1)
+            .and_then(|rest| rest.strip_suffix(" ready\n").or_else(|| rest.strip_suffix(" ready")))
+            .map(str::to_owned);
+        if let Some(pid) = pid.filter(|p| p != not) {
+            return Ok(pid);
+        }
+        ensure!(
+            started.elapsed() < Duration::from_secs(u64::from(RECOVERY_LIMIT_S)),
+            "no ready standby CoreDNS within {RECOVERY_LIMIT_S} s; the supervisor's status: {status}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
 /// Sends `signal` to `pid`, waits until CoreDNS `coredns_before` is gone and both listeners
-/// answer again, and checks the one CoreDNS now is another; returns the milliseconds and the
-/// new CoreDNS's pid.
+/// answer again, and checks the CoreDNS holding the listeners now is another; returns the
+/// milliseconds and its pid.
 fn fault_then_recovery(
     node: &JoinedNode,
     signal: &str,
@@ -100,7 +141,7 @@ fn fault_then_recovery(
         .trim()
         .parse()
         .with_context(|| format!("the wait printed {:?}", out.stdout_text()))?;
-    let after = only_pid(node, "coredns")?;
+    let after = active_coredns(node)?;
     ensure!(
         after != coredns_before,
         "after kill -{signal} {pid} the listeners answer, but CoreDNS is still pid {after}"
@@ -110,12 +151,18 @@ fn fault_then_recovery(
 
 fn coredns_killed_again_and_again(node: &JoinedNode) -> anyhow::Result<()> {
     let supervisor = only_pid(node, "unbounded-local")?;
-    let mut coredns = only_pid(node, "coredns")?;
+    let mut coredns = active_coredns(node)?;
+    let mut standby = until_standby_ready(node, &coredns)?;
     let mut took = Vec::with_capacity(KILLS);
     for _ in 0..KILLS {
         let (ms, next) = fault_then_recovery(node, "KILL", &coredns, &coredns)?;
+        ensure!(
+            next == standby,
+            "the ready standby {standby} should have taken over, but {next} holds the listeners"
+        );
         took.push(ms);
         coredns = next;
+        standby = until_standby_ready(node, &coredns)?;
     }
     ensure!(
         only_pid(node, "unbounded-local")? == supervisor,
@@ -123,7 +170,7 @@ fn coredns_killed_again_and_again(node: &JoinedNode) -> anyhow::Result<()> {
     );
     took.sort_unstable();
     eprintln!(
-        "==> CoreDNS SIGKILLed {KILLS} times: both listeners answered again after min {} ms, median {} ms, max {} ms (every time: {took:?})",
+        "==> CoreDNS SIGKILLed {KILLS} times, the standby taking over each time: both listeners answered again after min {} ms, median {} ms, max {} ms (every time: {took:?})",
         took[0],
         took[took.len() / 2],
         took[took.len() - 1]
@@ -213,7 +260,7 @@ fn upstream_gone(node: &JoinedNode) -> anyhow::Result<()> {
 
 fn supervisor_killed(node: &JoinedNode) -> anyhow::Result<()> {
     let supervisor = only_pid(node, "unbounded-local")?;
-    let coredns = only_pid(node, "coredns")?;
+    let coredns = active_coredns(node)?;
     let (ms, _) = fault_then_recovery(node, "KILL", &supervisor, &coredns)?;
     let again = only_pid(node, "unbounded-local")?;
     ensure!(again != supervisor, "the supervisor is still pid {supervisor}");
@@ -225,15 +272,20 @@ fn supervisor_killed(node: &JoinedNode) -> anyhow::Result<()> {
 
 fn coredns_hung(node: &JoinedNode) -> anyhow::Result<()> {
     let supervisor = only_pid(node, "unbounded-local")?;
-    let coredns = only_pid(node, "coredns")?;
-    let (ms, _) = fault_then_recovery(node, "STOP", &coredns, &coredns)?;
+    let coredns = active_coredns(node)?;
+    let standby = until_standby_ready(node, &coredns)?;
+    let (ms, taken_over) = fault_then_recovery(node, "STOP", &coredns, &coredns)?;
+    ensure!(
+        taken_over == standby,
+        "the ready standby {standby} should have taken over from the hung CoreDNS, but {taken_over} holds the listeners"
+    );
     let after = only_pid(node, "unbounded-local")?;
     ensure!(
         after == supervisor,
         "the supervisor should kill the hung CoreDNS itself, but localdns.service was restarted (supervisor {supervisor} -> {after})"
     );
     eprintln!(
-        "==> CoreDNS hung (SIGSTOP): the supervisor killed it, both listeners answered a new CoreDNS after {ms} ms"
+        "==> CoreDNS hung (SIGSTOP): the supervisor killed it, both listeners answered the standby that took over after {ms} ms"
     );
     Ok(())
 }

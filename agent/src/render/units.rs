@@ -6,7 +6,8 @@ use super::paths::{ENVIRONMENT, SUPERVISOR_BINARY};
 use crate::goal::LocalDnsGoal;
 
 /// `localdns.service`: the supervisor (which runs CoreDNS) as a notify service
-/// with a watchdog, unprivileged but for binding port 53, in `localdns.slice`.
+/// with a watchdog, unprivileged but for binding port 53, in `localdns.slice`;
+/// `RuntimeDirectory=localdns` holds the warm standby CoreDNS's Corefile.
 /// `StartLimitIntervalSec=0`: a stuck start never wedges the unit.
 pub fn service() -> String {
     format!(
@@ -28,6 +29,8 @@ TimeoutStopSec=30
 KillMode=mixed
 Slice=localdns.slice
 DynamicUser=yes
+RuntimeDirectory=localdns
+RuntimeDirectoryMode=0700
 AmbientCapabilities=CAP_NET_BIND_SERVICE
 CapabilityBoundingSet=CAP_NET_BIND_SERVICE
 NoNewPrivileges=yes

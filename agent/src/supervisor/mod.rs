@@ -6,6 +6,7 @@ pub mod notify;
 pub mod probe;
 pub mod run;
 pub mod settings;
+pub mod standby;
 
 pub use failures::{FailureWindow, Verdict};
 pub use run::{Outcome, supervise};

@@ -12,6 +12,7 @@ use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
 
 use super::failures::{FailureWindow, Verdict};
+use super::standby::StandbySlot;
 use super::{Settings, notify, probe};
 
 /// How often the listeners are polled while CoreDNS starts (after a crash, the wait between
@@ -26,6 +27,10 @@ const RESTART_BACKOFF: Duration = Duration::from_millis(200);
 const STOP_GRACE: Duration = Duration::from_secs(25);
 /// After a failed health check, the next comes this soon (or after the interval, if shorter).
 const RECHECK: Duration = Duration::from_secs(1);
+/// How long a standby that took over may take to become healthy (or the start timeout, if
+/// shorter) before it is taken for one whose reload failed (a Corefile CoreDNS refuses leaves it
+/// serving its placeholder) and a new CoreDNS is started instead.
+const TAKE_OVER_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// How the supervisor ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,22 +81,27 @@ fn describe(errors: &[probe::ProbeError]) -> String {
         .join("; ")
 }
 
-fn start_coredns(settings: &Settings) -> Result<Child, SuperviseError> {
-    tracing::info!(coredns = %settings.coredns.display(), corefile = %settings.corefile.display(), "starting CoreDNS");
-    Command::new(&settings.coredns)
+/// Starts `coredns -conf <corefile>` with `stdout` (the supervisor's own, or a pipe).
+fn spawn_coredns(coredns: &std::path::Path, corefile: &std::path::Path, stdout: Stdio) -> std::io::Result<Child> {
+    Command::new(coredns)
         .arg("-conf")
-        .arg(&settings.corefile)
+        .arg(corefile)
         // CoreDNS does not speak sd_notify; keep systemd's socket to ourselves.
         .env_remove("NOTIFY_SOCKET")
         .env_remove("WATCHDOG_USEC")
         .env_remove("WATCHDOG_PID")
         .stdin(Stdio::null())
+        .stdout(stdout)
         .kill_on_drop(true)
         .spawn()
-        .map_err(|source| SuperviseError::Spawn {
-            path: settings.coredns.display().to_string(),
-            source,
-        })
+}
+
+fn start_coredns(settings: &Settings) -> Result<Child, SuperviseError> {
+    tracing::info!(coredns = %settings.coredns.display(), corefile = %settings.corefile.display(), "starting CoreDNS");
+    spawn_coredns(&settings.coredns, &settings.corefile, Stdio::inherit()).map_err(|source| SuperviseError::Spawn {
+        path: settings.coredns.display().to_string(),
+        source,
+    })
 }
 
 /// SIGINT to CoreDNS, then wait for it (SIGKILL after the grace period).
@@ -115,16 +125,18 @@ async fn stop_coredns(child: &mut Child) -> Result<(), SuperviseError> {
     Ok(())
 }
 
-/// Polls both listeners until they pass, within the start timeout; CoreDNS exiting, the timeout or
-/// SIGTERM/SIGINT end the wait with the supervisor's outcome (`Err`). `Ok` holds how long it took.
+/// Polls both listeners until they pass, within `timeout`; CoreDNS exiting, the timeout (CoreDNS is
+/// then stopped) or SIGTERM/SIGINT end the wait with the supervisor's outcome (`Err`). `Ok` holds
+/// how long it took.
 async fn until_healthy(
     child: &mut Child,
     settings: &Settings,
+    timeout: Duration,
     term: &mut tokio::signal::unix::Signal,
     int: &mut tokio::signal::unix::Signal,
 ) -> Result<Result<Duration, Outcome>, SuperviseError> {
     let started = Instant::now();
-    let deadline = tokio::time::Instant::now() + settings.start_timeout;
+    let deadline = tokio::time::Instant::now() + timeout;
     let mut last_error = String::from("no check has run yet");
     loop {
         tokio::select! {
@@ -136,8 +148,8 @@ async fn until_healthy(
             _ = term.recv() => return Ok(Err(stopped(child).await?)),
             _ = int.recv() => return Ok(Err(stopped(child).await?)),
             _ = tokio::time::sleep_until(deadline) => {
-                tracing::error!(timeout = ?settings.start_timeout, %last_error, "CoreDNS did not become healthy in time");
-                notify::status(&format!("CoreDNS not healthy after {:?}: {last_error}", settings.start_timeout));
+                tracing::error!(?timeout, %last_error, "CoreDNS did not become healthy in time");
+                notify::status(&format!("CoreDNS not healthy after {timeout:?}: {last_error}"));
                 stop_coredns(child).await?;
                 return Ok(Err(Outcome::StartTimedOut { last_error }));
             }
@@ -161,6 +173,11 @@ async fn until_healthy(
 /// a row, or no health within the start timeout, ends the supervisor (exit with CoreDNS's status,
 /// or 3) and systemd restarts the unit, so a crash loop cannot spin here.
 ///
+/// With a runtime directory ([`Settings::standby_dir`]) a warm standby CoreDNS is kept started
+/// beside the active one ([`super::standby`]); when the active one exits, the standby is given the
+/// real Corefile and reloads it in its running process instead of a new CoreDNS being started
+/// (if it cannot, a new CoreDNS is started as without one), and another standby is started.
+///
 /// A hung CoreDNS (alive, answering nothing: SIGSTOP, a deadlock) is found by the health checks:
 /// a failed check is repeated after [`RECHECK`], and after `hung_after_failed_checks` failures in
 /// a row (3; [`Settings`]) CoreDNS is killed with SIGKILL and started again as after a crash —
@@ -182,9 +199,10 @@ pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
         );
     }
     let mut child = start_coredns(settings)?;
+    let mut standby = StandbySlot::new(settings);
 
     // Start: poll until both listeners pass, within the start timeout.
-    let took = match until_healthy(&mut child, settings, &mut term, &mut int).await? {
+    let took = match until_healthy(&mut child, settings, settings.start_timeout, &mut term, &mut int).await? {
         Ok(took) => took,
         Err(outcome) => return Ok(outcome),
     };
@@ -203,20 +221,29 @@ pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
     let mut failed_in_a_row = 0u32;
     let mut next_check = tokio::time::Instant::now() + settings.check_interval;
     loop {
+        let standby_wake = standby.next_wake();
         tokio::select! {
             status = child.wait() => {
                 let status = status.map_err(SuperviseError::Wait)?;
                 restarts += 1;
                 failed_in_a_row = 0;
-                tracing::error!(%status, restarts, "CoreDNS exited; starting it again");
-                notify::status(&format!("CoreDNS exited ({status}); starting it again (restart {restarts})"));
+                let mut taken_over = standby.take_over(settings).await;
+                let how = if taken_over.is_some() { "the standby takes over" } else { "starting it again" };
+                tracing::error!(%status, restarts, "CoreDNS exited; {how}");
+                notify::status(&format!("CoreDNS exited ({status}); {how} (restart {restarts})"));
                 let mut failed_starts = 0;
                 loop {
-                    child = start_coredns(settings)?;
-                    match until_healthy(&mut child, settings, &mut term, &mut int).await? {
+                    let promoted = taken_over.is_some();
+                    let by = if promoted { " (the standby took over)" } else { "" };
+                    let timeout = if promoted { TAKE_OVER_TIMEOUT.min(settings.start_timeout) } else { settings.start_timeout };
+                    child = match taken_over.take() {
+                        Some(standby_child) => standby_child,
+                        None => start_coredns(settings)?,
+                    };
+                    match until_healthy(&mut child, settings, timeout, &mut term, &mut int).await? {
                         Ok(took) => {
                             let status = format!(
-                                "CoreDNS healthy again on {} and {} after {took:.1?}",
+                                "CoreDNS healthy again on {} and {} after {took:.1?}{by}",
                                 settings.node_listener, settings.cluster_listener,
                             );
                             tracing::info!("{status}");
@@ -225,17 +252,36 @@ pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
                             next_check = tokio::time::Instant::now() + settings.check_interval;
                             break;
                         }
+                        Err(Outcome::StartTimedOut { last_error }) if promoted => {
+                            tracing::warn!(%last_error, "the standby that took over is not healthy (its reload failed?); starting a new CoreDNS");
+                        }
                         Err(Outcome::CoreDnsExited(status)) if failed_starts + 1 < MAX_FAILED_STARTS => {
                             failed_starts += 1;
                             tracing::warn!(%status, failed_starts, "CoreDNS exited again before it was healthy; starting it again");
                             tokio::time::sleep(RESTART_BACKOFF * failed_starts).await;
                         }
-                        Err(outcome) => return Ok(outcome),
+                        Err(outcome) => {
+                            standby.stop().await;
+                            return Ok(outcome);
+                        }
                     }
                 }
             }
-            _ = term.recv() => return stopped(&mut child).await,
-            _ = int.recv() => return stopped(&mut child).await,
+            status = standby.exited() => {
+                let status = status.map_err(SuperviseError::Wait)?;
+                standby.on_exit(status);
+            }
+            _ = sleep_until_some(standby_wake), if standby_wake.is_some() => {
+                standby.wake(settings, |corefile| spawn_coredns(&settings.coredns, corefile, Stdio::piped())).await;
+            }
+            _ = term.recv() => {
+                standby.stop().await;
+                return stopped(&mut child).await;
+            }
+            _ = int.recv() => {
+                standby.stop().await;
+                return stopped(&mut child).await;
+            }
             _ = tokio::time::sleep_until(next_check) => {
                 match probe::check(settings).await {
                     Ok(()) => {
@@ -274,6 +320,7 @@ pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
                                 );
                                 tracing::error!("{why}");
                                 notify::trigger(&why);
+                                standby.stop().await;
                                 stop_coredns(&mut child).await?;
                                 return Ok(Outcome::GaveUp { failures: failures_in_window, last_error });
                             }
@@ -282,6 +329,14 @@ pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
                 }
             }
         }
+    }
+}
+
+/// Sleeps until `at` (forever when `None`).
+async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -44,6 +44,10 @@ pub struct Settings {
     /// Failed checks in a row after which CoreDNS is taken for hung and killed
     /// (`LOCALDNS_HUNG_AFTER_FAILED_CHECKS`, default 3; 0: never).
     pub hung_after_failed_checks: u32,
+    /// Where the warm standby CoreDNS keeps its Corefile: systemd's `$RUNTIME_DIRECTORY` (the
+    /// unit's `RuntimeDirectory=localdns`, the first when it names several). `None` — no such
+    /// directory, or `LOCALDNS_STANDBY=0` — runs no standby ([`super::standby`]).
+    pub standby_dir: Option<PathBuf>,
 }
 
 /// DNS port of both listeners.
@@ -139,6 +143,21 @@ impl Settings {
             Some(v) => parse("LOCALDNS_HUNG_AFTER_FAILED_CHECKS", &v, "a count (0: never)")?,
             None => DEFAULT_HUNG_AFTER_FAILED_CHECKS,
         };
+        let standby = match var("LOCALDNS_STANDBY").as_deref().map(str::trim) {
+            None | Some("" | "1") => true,
+            Some("0") => false,
+            Some(other) => {
+                return Err(SettingsError::Invalid {
+                    name: "LOCALDNS_STANDBY",
+                    value: other.into(),
+                    expected: "1 (a warm standby CoreDNS, the default) or 0 (none)",
+                });
+            }
+        };
+        let standby_dir = var("RUNTIME_DIRECTORY")
+            .and_then(|dirs| dirs.split(':').next().map(str::trim).map(str::to_owned))
+            .filter(|dir| standby && !dir.is_empty())
+            .map(PathBuf::from);
         Ok(Settings {
             node_listener,
             cluster_listener,
@@ -153,6 +172,7 @@ impl Settings {
             failure_window,
             failure_threshold,
             hung_after_failed_checks,
+            standby_dir,
         })
     }
 
@@ -280,5 +300,20 @@ mod tests {
             bad.to_string().contains("LOCALDNS_HUNG_AFTER_FAILED_CHECKS"),
             "{bad}"
         );
+    }
+
+    #[test]
+    fn the_standby_lives_in_systemds_runtime_directory_unless_turned_off() {
+        assert_eq!(read(&env(&[])).unwrap().standby_dir, None, "no RUNTIME_DIRECTORY, no standby");
+        let on = read(&env(&[("RUNTIME_DIRECTORY", "/run/localdns:/run/other")])).unwrap();
+        assert_eq!(on.standby_dir, Some(PathBuf::from("/run/localdns")));
+        let off = read(&env(&[
+            ("RUNTIME_DIRECTORY", "/run/localdns"),
+            ("LOCALDNS_STANDBY", "0"),
+        ]))
+        .unwrap();
+        assert_eq!(off.standby_dir, None);
+        let bad = read(&env(&[("LOCALDNS_STANDBY", "yes")])).unwrap_err();
+        assert!(bad.to_string().contains("LOCALDNS_STANDBY"), "{bad}");
     }
 }
