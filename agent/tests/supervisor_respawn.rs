@@ -171,7 +171,11 @@ impl Supervised {
 
     /// The supervisor's active CoreDNS: its one child that is not the standby.
     fn coredns_pid(&self) -> i32 {
-        let active: Vec<i32> = self.children().into_iter().filter(|p| !Self::is_standby(*p)).collect();
+        let active: Vec<i32> = self
+            .children()
+            .into_iter()
+            .filter(|p| !Self::is_standby(*p))
+            .collect();
         assert_eq!(
             active.len(),
             1,
@@ -184,7 +188,11 @@ impl Supervised {
 
     /// The supervisor's standby CoreDNS.
     fn standby_pid(&self) -> i32 {
-        let standby: Vec<i32> = self.children().into_iter().filter(|p| Self::is_standby(*p)).collect();
+        let standby: Vec<i32> = self
+            .children()
+            .into_iter()
+            .filter(|p| Self::is_standby(*p))
+            .collect();
         assert_eq!(standby.len(), 1, "standby children: {standby:?}\n{}", self.log());
         standby[0]
     }
@@ -242,7 +250,12 @@ fn kill_again_and_again(standby: Standby) {
         let now = s.coredns_pid();
         assert_ne!(now, pid, "{}", s.log());
         if let Some(ready) = ready {
-            assert_eq!(now, ready, "the standby {ready} should have taken over\n{}", s.log());
+            assert_eq!(
+                now,
+                ready,
+                "the standby {ready} should have taken over\n{}",
+                s.log()
+            );
             s.until_standby_ready();
             assert_ne!(s.standby_pid(), ready, "{}", s.log());
         }
@@ -254,12 +267,20 @@ fn kill_again_and_again(standby: Standby) {
         Standby::On => "CoreDNS exited; the standby takes over",
         Standby::Off => "CoreDNS exited; starting it again",
     };
-    assert_eq!(log.matches(how).count(), KILLS, "one {how:?} logged per kill:\n{log}");
+    assert_eq!(
+        log.matches(how).count(),
+        KILLS,
+        "one {how:?} logged per kill:\n{log}"
+    );
     times.sort();
     eprintln!(
         "CoreDNS SIGKILLed {KILLS} times ({}): both listeners answered again after min {:.0?}, median {:.0?}, \
          max {:.0?} (all: {:?})",
-        if standby == Standby::On { "the standby took over" } else { "no standby: started again" },
+        if standby == Standby::On {
+            "the standby took over"
+        } else {
+            "no standby: started again"
+        },
         times[0],
         times[KILLS / 2],
         times[KILLS - 1],

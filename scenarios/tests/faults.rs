@@ -104,7 +104,10 @@ fn until_standby_ready(node: &JoinedNode, not: &str) -> anyhow::Result<String> {
         let pid = status
             .split("standby CoreDNS ")
             .nth(1)
-            .and_then(|rest| rest.strip_suffix(" ready\n").or_else(|| rest.strip_suffix(" ready")))
+            .and_then(|rest| {
+                rest.strip_suffix(" ready\n")
+                    .or_else(|| rest.strip_suffix(" ready"))
+            })
             .map(str::to_owned);
         if let Some(pid) = pid.filter(|p| p != not) {
             return Ok(pid);

@@ -82,7 +82,11 @@ fn describe(errors: &[probe::ProbeError]) -> String {
 }
 
 /// Starts `coredns -conf <corefile>` with `stdout` (the supervisor's own, or a pipe).
-fn spawn_coredns(coredns: &std::path::Path, corefile: &std::path::Path, stdout: Stdio) -> std::io::Result<Child> {
+fn spawn_coredns(
+    coredns: &std::path::Path,
+    corefile: &std::path::Path,
+    stdout: Stdio,
+) -> std::io::Result<Child> {
     Command::new(coredns)
         .arg("-conf")
         .arg(corefile)
@@ -98,9 +102,11 @@ fn spawn_coredns(coredns: &std::path::Path, corefile: &std::path::Path, stdout: 
 
 fn start_coredns(settings: &Settings) -> Result<Child, SuperviseError> {
     tracing::info!(coredns = %settings.coredns.display(), corefile = %settings.corefile.display(), "starting CoreDNS");
-    spawn_coredns(&settings.coredns, &settings.corefile, Stdio::inherit()).map_err(|source| SuperviseError::Spawn {
-        path: settings.coredns.display().to_string(),
-        source,
+    spawn_coredns(&settings.coredns, &settings.corefile, Stdio::inherit()).map_err(|source| {
+        SuperviseError::Spawn {
+            path: settings.coredns.display().to_string(),
+            source,
+        }
     })
 }
 

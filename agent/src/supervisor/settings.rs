@@ -304,7 +304,11 @@ mod tests {
 
     #[test]
     fn the_standby_lives_in_systemds_runtime_directory_unless_turned_off() {
-        assert_eq!(read(&env(&[])).unwrap().standby_dir, None, "no RUNTIME_DIRECTORY, no standby");
+        assert_eq!(
+            read(&env(&[])).unwrap().standby_dir,
+            None,
+            "no RUNTIME_DIRECTORY, no standby"
+        );
         let on = read(&env(&[("RUNTIME_DIRECTORY", "/run/localdns:/run/other")])).unwrap();
         assert_eq!(on.standby_dir, Some(PathBuf::from("/run/localdns")));
         let off = read(&env(&[

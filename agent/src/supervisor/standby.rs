@@ -105,7 +105,10 @@ impl StandbySlot {
 
     /// The pid of the standby, once it is ready.
     pub fn ready_pid(&self) -> Option<u32> {
-        self.current.as_ref().filter(|s| s.answers).and_then(|s| s.child.id())
+        self.current
+            .as_ref()
+            .filter(|s| s.answers)
+            .and_then(|s| s.child.id())
     }
 
     /// When [`StandbySlot::wake`] has something to do: start a standby, or ask a starting one.
@@ -136,7 +139,11 @@ impl StandbySlot {
     fn failed(&mut self, why: &str) {
         self.failures += 1;
         let backoff = (Duration::from_secs(1) * 2u32.saturating_pow(self.failures - 1)).min(MAX_BACKOFF);
-        tracing::warn!(failures = self.failures, ?backoff, "{why}; another standby in {backoff:?}");
+        tracing::warn!(
+            failures = self.failures,
+            ?backoff,
+            "{why}; another standby in {backoff:?}"
+        );
         self.start_at = Some(Instant::now() + backoff);
     }
 
@@ -175,7 +182,11 @@ impl StandbySlot {
         }
     }
 
-    fn start(&mut self, dir: &Path, spawn: impl FnOnce(&Path) -> std::io::Result<Child>) -> Result<(), String> {
+    fn start(
+        &mut self,
+        dir: &Path,
+        spawn: impl FnOnce(&Path) -> std::io::Result<Child>,
+    ) -> Result<(), String> {
         let port = free_loopback_port().map_err(|e| format!("no free loopback port for a standby: {e}"))?;
         let placeholder = SocketAddrV4::new(Ipv4Addr::LOCALHOST, port);
         self.count += 1;
@@ -228,7 +239,10 @@ impl StandbySlot {
         };
         match told.await {
             Ok(()) => {
-                tracing::info!(pid = s.child.id(), "the standby CoreDNS takes over with the real Corefile");
+                tracing::info!(
+                    pid = s.child.id(),
+                    "the standby CoreDNS takes over with the real Corefile"
+                );
                 self.active_corefile = Some(s.corefile);
                 Some(s.child)
             }
@@ -265,7 +279,10 @@ mod tests {
     #[test]
     fn the_placeholder_serves_whoami_on_its_loopback_port_only() {
         let text = placeholder_corefile(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 40123));
-        assert!(text.contains(".:40123 {\n    bind 127.0.0.1\n    whoami\n}\n"), "{text}");
+        assert!(
+            text.contains(".:40123 {\n    bind 127.0.0.1\n    whoami\n}\n"),
+            "{text}"
+        );
         assert!(!text.contains("forward") && !text.contains("cache"), "{text}");
     }
 
