@@ -95,20 +95,34 @@ fn active_coredns(node: &JoinedNode) -> anyhow::Result<String> {
     }
 }
 
+/// The node's pid of the CoreDNS whose pid in the machine's own pid namespace is `machine_pid`
+/// (the supervisor names pids as the machine sees them; `NSpid:` in /proc lists both).
+fn node_pid_of(node: &JoinedNode, machine_pid: &str) -> anyhow::Result<Option<String>> {
+    let out = node.vm.run(
+        "for p in $(pgrep -x coredns); do awk -v p=$p '/^NSpid:/ {print p, $NF}' /proc/$p/status; done",
+    )?;
+    Ok(out
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .find(|(_, inner)| *inner == machine_pid)
+        .map(|(outer, _)| outer.to_string()))
+}
+
 /// Waits until the supervisor's status names a ready standby CoreDNS other than `not` (the
-/// active one) and returns its pid.
+/// active one, a node pid) and returns its node pid.
 fn until_standby_ready(node: &JoinedNode, not: &str) -> anyhow::Result<String> {
     let started = std::time::Instant::now();
     loop {
         let (_, status) = node.machine_systemctl("kube1", "show -p StatusText --value localdns.service")?;
-        let pid = status
+        let machine_pid = status
             .split("standby CoreDNS ")
             .nth(1)
-            .and_then(|rest| {
-                rest.strip_suffix(" ready\n")
-                    .or_else(|| rest.strip_suffix(" ready"))
-            })
+            .and_then(|rest| rest.trim_end().strip_suffix(" ready"))
             .map(str::to_owned);
+        let pid = match machine_pid {
+            Some(p) => node_pid_of(node, &p)?,
+            None => None,
+        };
         if let Some(pid) = pid.filter(|p| p != not) {
             return Ok(pid);
         }
