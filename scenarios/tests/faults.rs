@@ -10,14 +10,18 @@
 //! * the supervisor killed with SIGKILL: systemd starts `localdns.service` again and both
 //!   listeners answer;
 //! * CoreDNS hung with SIGSTOP: three failed checks in a row and the supervisor (the same process)
-//!   kills it and the standby takes over; both listeners answer it.
+//!   kills it and the standby takes over; both listeners answer it;
+//! * CoreDNS held at its `MemoryMax` (the slice's limit lowered at runtime below what it uses):
+//!   the kernel's OOM killer ends a CoreDNS inside `localdns.slice`; with the limit back, both
+//!   listeners answer, the supervisor is the same process, containerd and kubelet kept their
+//!   processes.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use anyhow::{Context, bail, ensure};
 use harness::lab::DnsFailure;
-use scenarios::dns::{CLUSTER_LISTENER, NODE_LISTENER};
+use scenarios::dns::{CLUSTER_LISTENER, NODE_LISTENER, in_machine};
 use scenarios::metrics::scrape_from_lab;
 use scenarios::node::JoinedNode;
 
@@ -41,7 +45,8 @@ fn localdns_answers_again_after_crashes_hangs_and_an_upstream_outage() -> anyhow
         coredns_killed_again_and_again(node)?;
         upstream_gone(node)?;
         supervisor_killed(node)?;
-        coredns_hung(node)
+        coredns_hung(node)?;
+        coredns_held_at_its_memory_max(node)
     })
 }
 
@@ -303,6 +308,114 @@ fn coredns_hung(node: &JoinedNode) -> anyhow::Result<()> {
     );
     eprintln!(
         "==> CoreDNS hung (SIGSTOP): the supervisor killed it, both listeners answered the standby that took over after {ms} ms"
+    );
+    Ok(())
+}
+
+/// The slice's `memory.events` `oom_kill` count, read inside the machine.
+fn oom_kills(node: &JoinedNode) -> anyhow::Result<u64> {
+    let text = node.vm.run(&in_machine(
+        "kube1",
+        "cat /sys/fs/cgroup/localdns.slice/memory.events",
+    ))?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("oom_kill "))
+        .context("no oom_kill line in localdns.slice's memory.events")?
+        .trim()
+        .parse()
+        .with_context(|| format!("localdns.slice's memory.events:\n{text}"))
+}
+
+/// The main pid of each of the machine's `units`.
+fn main_pids(node: &JoinedNode, units: &[&str]) -> anyhow::Result<Vec<String>> {
+    units
+        .iter()
+        .map(|unit| {
+            let (_, pid) = node.machine_systemctl("kube1", &format!("show -p MainPID --value {unit}"))?;
+            Ok(format!("{unit}={}", pid.trim()))
+        })
+        .collect()
+}
+
+fn coredns_held_at_its_memory_max(node: &JoinedNode) -> anyhow::Result<()> {
+    let supervisor = only_pid(node, "unbounded-local")?;
+    let others = ["containerd.service", "kubelet.service"];
+    let before = main_pids(node, &others)?;
+    let current: u64 = node
+        .vm
+        .run(&in_machine(
+            "kube1",
+            "cat /sys/fs/cgroup/localdns.slice/memory.current",
+        ))?
+        .trim()
+        .parse()
+        .context("localdns.slice's memory.current")?;
+    let kills_before = oom_kills(node)?;
+    let low = current / 2;
+    let (code, out) = node.machine_systemctl(
+        "kube1",
+        &format!("set-property --runtime localdns.slice MemoryMax={low}"),
+    )?;
+    ensure!(
+        code == Some(0),
+        "lowering localdns.slice's MemoryMax failed ({code:?}): {out}"
+    );
+    let lowered = std::time::Instant::now();
+    let kills = loop {
+        let kills = oom_kills(node)?;
+        if kills > kills_before {
+            break kills;
+        }
+        if lowered.elapsed() > Duration::from_secs(120) {
+            node.machine_systemctl("kube1", "revert localdns.slice")?;
+            bail!(
+                "no OOM kill in localdns.slice within 120 s of MemoryMax={low} (memory.current was {current})"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let victim = node
+        .vm
+        .run("journalctl -k -o cat | grep -E 'Killed process [0-9]+ ' | tail -1")?;
+    let (code, out) = node.machine_systemctl("kube1", "revert localdns.slice")?;
+    ensure!(
+        code == Some(0),
+        "restoring localdns.slice's MemoryMax failed ({code:?}): {out}"
+    );
+    ensure!(
+        victim.contains("(coredns)"),
+        "the OOM killer's last victim in the kernel log is not CoreDNS: {victim}"
+    );
+    let script = format!("set -eu\nt0=$(date +%s%N)\nold=0\n{}", wait_both_answer());
+    let ms = node
+        .vm
+        .cmd(&script)
+        .timeout(Duration::from_secs(u64::from(RECOVERY_LIMIT_S) + 60))
+        .run()
+        .context("waiting for both listeners after the OOM kill")?
+        .stdout_text();
+    let active = active_coredns(node)?;
+    let cgroup = node.vm.run(&format!("cat /proc/{active}/cgroup"))?;
+    ensure!(
+        cgroup.contains("/localdns.slice/localdns.service"),
+        "the CoreDNS answering now ({active}) is not in localdns.slice: {cgroup}"
+    );
+    ensure!(
+        only_pid(node, "unbounded-local")? == supervisor,
+        "the supervisor changed when CoreDNS was OOM-killed (it should stay and start CoreDNS again)"
+    );
+    let after = main_pids(node, &others)?;
+    ensure!(
+        after == before,
+        "the machine's other units changed: {before:?} -> {after:?}"
+    );
+    eprintln!(
+        "==> CoreDNS held at MemoryMax={low} (it used {current}): {} OOM kill(s) in localdns.slice ({}); with the \
+         limit back both listeners answered {} ms later, CoreDNS {active} in the slice, the same supervisor, \
+         {after:?} untouched",
+        kills - kills_before,
+        victim.trim(),
+        ms.trim()
     );
     Ok(())
 }
