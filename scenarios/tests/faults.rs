@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail, ensure};
 use harness::lab::DnsFailure;
-use scenarios::dns::{CLUSTER_LISTENER, NODE_LISTENER, in_machine};
+use scenarios::dns::{CLUSTER_LISTENER, NODE_LISTENER};
 use scenarios::metrics::scrape_from_lab;
 use scenarios::node::JoinedNode;
 
@@ -312,20 +312,6 @@ fn coredns_hung(node: &JoinedNode) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The slice's `memory.events` `oom_kill` count, read inside the machine.
-fn oom_kills(node: &JoinedNode) -> anyhow::Result<u64> {
-    let text = node.vm.run(&in_machine(
-        "kube1",
-        "cat /sys/fs/cgroup/localdns.slice/memory.events",
-    ))?;
-    text.lines()
-        .find_map(|l| l.strip_prefix("oom_kill "))
-        .context("no oom_kill line in localdns.slice's memory.events")?
-        .trim()
-        .parse()
-        .with_context(|| format!("localdns.slice's memory.events:\n{text}"))
-}
-
 /// The main pid of each of the machine's `units`.
 fn main_pids(node: &JoinedNode, units: &[&str]) -> anyhow::Result<Vec<String>> {
     units
@@ -337,56 +323,53 @@ fn main_pids(node: &JoinedNode, units: &[&str]) -> anyhow::Result<Vec<String>> {
         .collect()
 }
 
+/// `localdns.slice`'s cgroup as the node sees it (the machine's tree is delegated below its
+/// nspawn unit).
+const SLICE_CGROUP: &str = "/sys/fs/cgroup/machine.slice/systemd-nspawn@kube1.service/payload/localdns.slice";
+
+/// The guest script that holds the slice at its memory limit: the limit is written below what
+/// the slice's processes use, less half of what the active CoreDNS (`$active`) uses itself, so the
+/// kernel reclaims what it can and then OOM-kills the biggest process — CoreDNS — until the slice
+/// fits (the write returns then); the limit is written back at once and the kills counted.
+fn hold_at_memory_max() -> String {
+    format!(
+        r#"cg={SLICE_CGROUP}
+kills() {{ awk '/^oom_kill /{{print $2}}' $cg/memory.events; }}
+before=$(kills)
+orig=$(cat $cg/memory.max)
+anon=$(awk '/^anon /{{print $2}}' $cg/memory.stat)
+own=$(awk '/^RssAnon:/{{print $2 * 1024}}' /proc/$active/status)
+low=$(( anon - own / 2 ))
+echo $low > $cg/memory.max || true
+echo $orig > $cg/memory.max
+echo "low=$low anon=$anon own=$own kills=$(( $(kills) - before ))""#
+    )
+}
+
 fn coredns_held_at_its_memory_max(node: &JoinedNode) -> anyhow::Result<()> {
     let supervisor = only_pid(node, "unbounded-local")?;
     let others = ["containerd.service", "kubelet.service"];
     let before = main_pids(node, &others)?;
-    let current: u64 = node
+    let active = active_coredns(node)?;
+    let standby = until_standby_ready(node, &active)?;
+    let script = format!("set -eu\nactive={active}\n{}", hold_at_memory_max());
+    let held = node
         .vm
-        .run(&in_machine(
-            "kube1",
-            "cat /sys/fs/cgroup/localdns.slice/memory.current",
-        ))?
-        .trim()
-        .parse()
-        .context("localdns.slice's memory.current")?;
-    let kills_before = oom_kills(node)?;
-    let low = current / 2;
-    let (code, out) = node.machine_systemctl(
-        "kube1",
-        &format!("set-property --runtime localdns.slice MemoryMax={low}"),
-    )?;
-    ensure!(
-        code == Some(0),
-        "lowering localdns.slice's MemoryMax failed ({code:?}): {out}"
-    );
-    let lowered = std::time::Instant::now();
-    let kills = loop {
-        let kills = oom_kills(node)?;
-        if kills > kills_before {
-            break kills;
-        }
-        if lowered.elapsed() > Duration::from_secs(120) {
-            node.machine_systemctl("kube1", "revert localdns.slice")?;
-            bail!(
-                "no OOM kill in localdns.slice within 120 s of MemoryMax={low} (memory.current was {current})"
-            );
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    };
-    let victim = node
+        .run(&script)
+        .context("holding localdns.slice at its memory limit")?;
+    let kills: u64 = held
+        .split("kills=")
+        .nth(1)
+        .and_then(|k| k.trim().parse().ok())
+        .with_context(|| format!("the script printed {held:?}"))?;
+    let victims = node
         .vm
-        .run("journalctl -k -o cat | grep -E 'Killed process [0-9]+ ' | tail -1")?;
-    let (code, out) = node.machine_systemctl("kube1", "revert localdns.slice")?;
+        .run("journalctl -k -o cat | grep -E 'Killed process [0-9]+ ' | tail -n 5")?;
     ensure!(
-        code == Some(0),
-        "restoring localdns.slice's MemoryMax failed ({code:?}): {out}"
+        kills >= 1 && victims.contains(&format!("Killed process {active} (coredns)")),
+        "the limit should OOM-kill the active CoreDNS {active}: {held}; the kernel's last OOM kills:\n{victims}"
     );
-    ensure!(
-        victim.contains("(coredns)"),
-        "the OOM killer's last victim in the kernel log is not CoreDNS: {victim}"
-    );
-    let script = format!("set -eu\nt0=$(date +%s%N)\nold=0\n{}", wait_both_answer());
+    let script = format!("set -eu\nt0=$(date +%s%N)\nold={active}\n{}", wait_both_answer());
     let ms = node
         .vm
         .cmd(&script)
@@ -394,15 +377,15 @@ fn coredns_held_at_its_memory_max(node: &JoinedNode) -> anyhow::Result<()> {
         .run()
         .context("waiting for both listeners after the OOM kill")?
         .stdout_text();
-    let active = active_coredns(node)?;
-    let cgroup = node.vm.run(&format!("cat /proc/{active}/cgroup"))?;
+    let now = active_coredns(node)?;
+    let cgroup = node.vm.run(&format!("cat /proc/{now}/cgroup"))?;
     ensure!(
         cgroup.contains("/localdns.slice/localdns.service"),
-        "the CoreDNS answering now ({active}) is not in localdns.slice: {cgroup}"
+        "the CoreDNS answering now ({now}) is not in localdns.slice: {cgroup}"
     );
     ensure!(
         only_pid(node, "unbounded-local")? == supervisor,
-        "the supervisor changed when CoreDNS was OOM-killed (it should stay and start CoreDNS again)"
+        "the supervisor changed when CoreDNS was OOM-killed: {held}; the kernel's last OOM kills:\n{victims}"
     );
     let after = main_pids(node, &others)?;
     ensure!(
@@ -410,11 +393,10 @@ fn coredns_held_at_its_memory_max(node: &JoinedNode) -> anyhow::Result<()> {
         "the machine's other units changed: {before:?} -> {after:?}"
     );
     eprintln!(
-        "==> CoreDNS held at MemoryMax={low} (it used {current}): {} OOM kill(s) in localdns.slice ({}); with the \
-         limit back both listeners answered {} ms later, CoreDNS {active} in the slice, the same supervisor, \
-         {after:?} untouched",
-        kills - kills_before,
-        victim.trim(),
+        "==> CoreDNS held at its MemoryMax ({}): {kills} OOM kill(s) in localdns.slice, the standby {standby} \
+         ready; both listeners answered {} ms after the limit was back, CoreDNS {now} in the slice, the same \
+         supervisor, {after:?} untouched",
+        held.trim(),
         ms.trim()
     );
     Ok(())
