@@ -8,6 +8,8 @@ use crate::goal::LocalDnsGoal;
 /// `localdns.service`: the supervisor (which runs CoreDNS) as a notify service
 /// with a watchdog, unprivileged but for binding port 53, in `localdns.slice`;
 /// `RuntimeDirectory=localdns` holds the warm standby CoreDNS's Corefile.
+/// `OOMPolicy=continue`: a CoreDNS OOM-killed at the slice's `MemoryMax` is the supervisor's to
+/// replace (the standby takes over), not a reason for systemd to stop the whole unit.
 /// `StartLimitIntervalSec=0`: a stuck start never wedges the unit.
 pub fn service() -> String {
     format!(
@@ -27,6 +29,7 @@ RestartSec=2
 TimeoutStartSec=90
 TimeoutStopSec=30
 KillMode=mixed
+OOMPolicy=continue
 Slice=localdns.slice
 DynamicUser=yes
 RuntimeDirectory=localdns
