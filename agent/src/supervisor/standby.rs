@@ -58,7 +58,7 @@ struct Standby {
     corefile: PathBuf,
     /// Set by [`pass_on`] when the banner went by.
     banner: Arc<AtomicBool>,
-    answers: bool,
+    ready: bool,
     started: Instant,
 }
 
@@ -103,19 +103,11 @@ impl StandbySlot {
         }
     }
 
-    /// The pid of the standby, once it is ready.
-    pub fn ready_pid(&self) -> Option<u32> {
-        self.current
-            .as_ref()
-            .filter(|s| s.answers)
-            .and_then(|s| s.child.id())
-    }
-
-    /// When [`StandbySlot::wake`] has something to do: start a standby, or ask a starting one.
+    /// When [`StandbySlot::wake`] has something to do: start a standby, or look at a starting one.
     pub fn next_wake(&self) -> Option<Instant> {
         match &self.current {
             None => self.start_at,
-            Some(s) if !s.answers => Some(Instant::now() + POLL),
+            Some(s) if !s.ready => Some(Instant::now() + POLL),
             Some(_) => None,
         }
     }
@@ -159,9 +151,9 @@ impl StandbySlot {
                     }
                 }
             }
-            Some(s) if !s.answers => {
+            Some(s) if !s.ready => {
                 if s.banner.load(Ordering::Acquire) {
-                    s.answers = true;
+                    s.ready = true;
                     self.failures = 0;
                     let pid = s.child.id().unwrap_or_default();
                     tracing::info!(pid, took = ?s.started.elapsed(), "standby CoreDNS ready");
@@ -206,7 +198,7 @@ impl StandbySlot {
             child,
             corefile,
             banner,
-            answers: false,
+            ready: false,
             started: Instant::now(),
         });
         Ok(())
@@ -223,7 +215,7 @@ impl StandbySlot {
             remove(&old);
         }
         let told = async {
-            if !s.answers {
+            if !s.ready {
                 return Err("it was not ready yet".to_string());
             }
             if let Some(status) = s.child.try_wait().map_err(|e| e.to_string())? {
