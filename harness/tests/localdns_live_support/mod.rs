@@ -487,9 +487,15 @@ pub fn metrics(addr: &str) -> String {
 
 /// The sum of every sample of `metric` (all label sets).
 pub fn metric_sum(text: &str, metric: &str) -> f64 {
+    metric_sum_with_label(text, metric, "")
+}
+
+/// The sum of the samples of `metric` whose label set contains `label` (such as `type="A"`).
+pub fn metric_sum_with_label(text: &str, metric: &str, label: &str) -> f64 {
     text.lines()
         .filter(|l| !l.starts_with('#'))
         .filter(|l| l.split(['{', ' ']).next() == Some(metric))
+        .filter(|l| l.contains(label))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
