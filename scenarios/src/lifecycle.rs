@@ -242,24 +242,24 @@ const LISTING_NOISE: &[&str] = &[
     "/etc/ld.so.cache",
 ];
 
-/// [`JoinedNode::run_case_with`] on a node that joins for real, with the host listed before the
-/// deploy and the listing handed to `case` (to compare with after a reset).
+/// [`JoinedNode::run_case`] with the host's listing from before the deploy handed to `case` (to
+/// compare with after a reset): the one its checkpoint holds, or, when the node joins for real
+/// here, the one taken right before this deploy.
 pub fn run_case_listing_the_host_first(
     node_config: &std::path::Path,
     case: impl FnOnce(&mut JoinedNode, &HostListing) -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
-    let before = std::cell::RefCell::new(None);
-    JoinedNode::run_case_with(
-        node_config,
-        |lab| {
-            *before.borrow_mut() = Some(HostListing::take(&lab.vm)?);
-            Ok(())
-        },
-        |node| {
-            let before = before.borrow().clone().context("no listing before start")?;
-            case(node, &before)
-        },
-    )
+    let fresh = std::cell::RefCell::new(None);
+    let node = JoinedNode::resume_or_join_with(node_config, |lab| {
+        crate::resume::prepare_host(lab)?;
+        *fresh.borrow_mut() = Some(HostListing::take(&lab.vm)?);
+        Ok(())
+    })?;
+    let before = match &node.checkpoint {
+        Some(dir) => HostListing::load(&dir.join(harness::checkpoint::HOST_LISTING))?,
+        None => fresh.take().context("no listing of the host before the deploy")?,
+    };
+    node.run(|node| case(node, &before))
 }
 
 impl HostListing {
@@ -309,6 +309,25 @@ impl HostListing {
         Ok(HostListing { items })
     }
 
+    /// Writes the listing, one item a line.
+    pub fn save(&self, path: &std::path::Path) -> anyhow::Result<()> {
+        let text: String = self.items.iter().map(|item| format!("{item}\n")).collect();
+        std::fs::write(path, text).with_context(|| format!("writing the host listing {}", path.display()))
+    }
+
+    /// Reads a listing [`HostListing::save`] wrote.
+    pub fn load(path: &std::path::Path) -> anyhow::Result<HostListing> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading the host listing {}", path.display()))?;
+        let items: BTreeSet<String> = text.lines().map(str::to_string).collect();
+        ensure!(
+            items.contains("path /etc/os-release"),
+            "{} is not a host listing (no `path /etc/os-release`)",
+            path.display()
+        );
+        Ok(HostListing { items })
+    }
+
     /// The listing without the items the lab's deploy adds before `start` (the config it writes
     /// for the agent: the operator's file, which `reset` keeps).
     pub fn without_the_deployed_config(mut self) -> HostListing {
@@ -322,6 +341,19 @@ impl HostListing {
         for item in deployed {
             self.items.remove(&item);
         }
+        self
+    }
+
+    /// The listing without what lies inside the machines' rootfs (logs, pods, containerd's state:
+    /// another run's are other files) and without pods' veth links (random names): the host as
+    /// the agent shapes it, to compare two joined nodes.
+    pub fn outside_the_machines(mut self) -> HostListing {
+        self.items.retain(|item| {
+            let inside = item
+                .strip_prefix("path /var/lib/machines/")
+                .is_some_and(|rest| rest.contains('/'));
+            !inside && !item.starts_with("link veth")
+        });
         self
     }
 

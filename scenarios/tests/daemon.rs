@@ -8,8 +8,9 @@
 //! the old slot is left), a second `apply` leaves the running daemon alone, and an `AgentReset`
 //! MachineOperation removes the agent from the host, the daemon last.
 //!
-//! After the reset the host is compared with a listing taken before `start`, so the case joins
-//! for real (a resumed node has no such listing). Opt-in like the lifecycle scenarios:
+//! After the reset the host is compared with the listing taken before the deploy (the one the
+//! node's checkpoint holds, or taken here when it joins for real). Opt-in like the lifecycle
+//! scenarios:
 //! `cargo nextest run -p scenarios --profile lifecycle` (docs/perf.md).
 
 use std::time::{Duration, Instant};

@@ -5,11 +5,13 @@
 //! the listeners the design assigns (or `Cluster.ClusterDNS` with LocalDNS off).
 //!
 //! Three cases: the operations run one after another on the same node, so the suite pays for one
-//! node per case, not one per operation — the first and third resumed from their node configs'
-//! checkpoints, the second a real join (it lists the host before `start`).
+//! node per case, not one per operation, and each node is resumed from its node config's
+//! checkpoint (the repave case compares with the host listing the checkpoint's build took before
+//! its deploy).
 
 use std::net::{IpAddr, Ipv4Addr};
 
+use agent::install_state::Stage;
 use anyhow::{Context, ensure};
 use scenarios::cluster::wait_node_ready;
 use scenarios::conntrack_burst::listener_queries_leave_no_conntrack_entries;
@@ -55,9 +57,12 @@ fn a_node_repaves_to_kube2_and_back_and_reset_leaves_the_host_as_before_start() 
     run_case_listing_the_host_first(&node_config(), |node, before| {
         let name = node.deployed.name.clone();
         node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
+        // The node as an uninterrupted `start` left it (after a pod ran: CNI's link and tables).
+        a_cluster_first_pod_resolves_the_kubernetes_service_through(node, CLUSTER_LISTENER)?;
+        let uninterrupted = HostListing::take(&node.vm)?.outside_the_machines();
         repave(node, "kube1", "kube2")?;
         repave_killed_in_each_phase_then_run_again(node, "kube2", "kube1")?;
-        reset_and_start_again(node, before)
+        reset_and_start_again(node, before, &uninterrupted)
     })
 }
 
@@ -390,9 +395,14 @@ fn ensure_repaved(node: &mut JoinedNode, from: &str, to: &str, old: &str) -> any
     a_cluster_first_pod_resolves_the_kubernetes_service_through(node, CLUSTER_LISTENER)
 }
 
-/// `reset` returns the host to the listing taken before `start`, also after a reboot; `start`
-/// then joins the node again.
-fn reset_and_start_again(node: &mut JoinedNode, before: &HostListing) -> anyhow::Result<()> {
+/// `reset` returns the host to the listing taken before `start`, also after a reboot and after a
+/// `start` killed while the machine comes up; then a `start` killed in each of its stages in turn
+/// and run again joins the node again, as an uninterrupted `start` left it.
+fn reset_and_start_again(
+    node: &mut JoinedNode,
+    before: &HostListing,
+    uninterrupted: &HostListing,
+) -> anyhow::Result<()> {
     let dry = agent(node, "reset --dry-run")?;
     ensure!(
         dry.contains("would remove /var/lib/machines/kube1"),
@@ -422,8 +432,105 @@ fn reset_and_start_again(node: &mut JoinedNode, before: &HostListing) -> anyhow:
     HostListing::take(&node.vm)?
         .without_the_deployed_config()
         .ensure_same_as(before, "after a reset of a half-started node")?;
+    start_killed_in_each_stage_then_run_again(node)?;
     let name = node.deployed.name.clone();
-    agent(node, &format!("start --config {CONFIG}"))?;
     node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
-    a_cluster_first_pod_resolves_the_kubernetes_service_through(node, CLUSTER_LISTENER)
+    ensure_localdns_present(&node.vm, "kube1")?;
+    a_cluster_first_pod_resolves_the_kubernetes_service_through(node, CLUSTER_LISTENER)?;
+    HostListing::take(&node.vm)?
+        .outside_the_machines()
+        .ensure_same_as(uninterrupted, "after a start killed in each stage and run again")
+}
+
+/// The stage the install state on the node records.
+fn recorded_stage(node: &JoinedNode) -> anyhow::Result<Stage> {
+    let text = node.vm.run(&format!("cat {}", agent::paths::INSTALL_STATE))?;
+    let state: agent::install_state::InstallState =
+        serde_json::from_str(&text).with_context(|| format!("reading the install state:\n{text}"))?;
+    Ok(state.stage)
+}
+
+/// Fails unless the steps `printed` names start at `stage` (a stage recorded before a kill): it
+/// re-enters that stage and runs none before it (preflight, which changes nothing, may run again).
+fn ensure_resumed_at(printed: &str, stage: Stage) -> anyhow::Result<()> {
+    let steps = printed
+        .lines()
+        .find_map(|l| l.split_once("start: steps "))
+        .map(|(_, steps)| steps.split(" → ").map(str::trim).collect::<Vec<_>>())
+        .with_context(|| format!("the run after the kill printed no steps:\n{printed}"))?;
+    let earlier: Vec<&str> = Stage::ALL
+        .iter()
+        .take_while(|s| **s != stage)
+        .map(|s| s.as_str())
+        .filter(|s| steps.contains(s))
+        .collect();
+    ensure!(
+        steps.contains(&stage.as_str()) && earlier.is_empty(),
+        "killed in {}, the next run should re-enter it and nothing before it; its steps: {steps:?}",
+        stage.as_str()
+    );
+    Ok(())
+}
+
+/// `start` on a reset host killed with SIGKILL in each of its stages in turn (the next kill waits
+/// for the stage after the one the last kill was recorded in; a stage too quick to catch is
+/// skipped, and the stages caught are printed), each run after a kill re-entering the recorded
+/// stage, then one run to the end.
+fn start_killed_in_each_stage_then_run_again(node: &mut JoinedNode) -> anyhow::Result<()> {
+    let start = format!("start --config {CONFIG}");
+    let mut caught: Vec<Stage> = Vec::new();
+    let mut target = Stage::PreparingHost;
+    let finished = loop {
+        let marker = format!("\"{}\"", target.as_str());
+        match kill_agent_in_or_see_it_finish(node, &start, agent::paths::INSTALL_STATE, &marker)? {
+            Killed::At(printed) => {
+                if let Some(last) = caught.last() {
+                    ensure_resumed_at(&printed, *last)?;
+                }
+                let stage = recorded_stage(node)?;
+                ensure!(
+                    stage != Stage::Complete,
+                    "start was killed after it recorded `complete`:\n{printed}"
+                );
+                caught.push(stage);
+                match Stage::ALL
+                    .iter()
+                    .position(|s| *s == stage)
+                    .map(|i| Stage::ALL[i + 1])
+                {
+                    Some(Stage::Complete) | None => break false,
+                    Some(next) => target = next,
+                }
+            }
+            Killed::FinishedFirst(printed) => {
+                if let Some(last) = caught.last() {
+                    ensure_resumed_at(&printed, *last)?;
+                }
+                ensure!(
+                    recorded_stage(node)? == Stage::Complete,
+                    "start ended before {} without completing:\n{printed}",
+                    target.as_str()
+                );
+                break true;
+            }
+        }
+    };
+    let names: Vec<&str> = caught.iter().map(|s| s.as_str()).collect();
+    eprintln!("==> start killed in {names:?}");
+    for long in [Stage::PreparingRootfs, Stage::StartingNode] {
+        ensure!(
+            caught.contains(&long),
+            "start was never killed in {} (caught: {names:?})",
+            long.as_str()
+        );
+    }
+    if !finished {
+        let out = agent(node, &start)?;
+        ensure_resumed_at(&out, *caught.last().context("no kill")?)?;
+    }
+    ensure!(
+        recorded_stage(node)? == Stage::Complete,
+        "the last start did not complete"
+    );
+    Ok(())
 }

@@ -40,11 +40,14 @@ use crate::vm::state::{self, SavedState, StateInfo, StateInputs};
 /// The cache kind of checkpoints.
 pub const KIND: &str = "node-checkpoint";
 /// Bump when what a checkpoint holds, or how a node is joined or resumed, changes.
-pub const CHECKPOINT_VERSION: &str = "node-checkpoint-1";
+pub const CHECKPOINT_VERSION: &str = "node-checkpoint-2";
 /// The control plane's saved state inside an entry.
 pub const CONTROL_PLANE: &str = "control-plane";
 /// The entry's description.
 pub const INFO: &str = "checkpoint.json";
+/// What the host held right before the deploy (files, units, links, tables, machines, mounts),
+/// listed by whoever built the entry: what `reset` on a node resumed from it must return to.
+pub const HOST_LISTING: &str = "host-before-deploy.txt";
 /// `LAB_NO_CHECKPOINT=1`: every test joins its node for real.
 pub const NO_CHECKPOINT_ENV: &str = "LAB_NO_CHECKPOINT";
 
@@ -164,7 +167,7 @@ impl Checkpoint {
                 changed.join(", ")
             )));
         }
-        for file in [state::DISK, state::STREAM] {
+        for file in [state::DISK, state::STREAM, HOST_LISTING] {
             let len = fs::metadata(dir.join(file)).map(|m| m.len()).unwrap_or(0);
             if len == 0 {
                 return Err(stale(format!("{file} is missing or empty")));
@@ -232,7 +235,7 @@ pub struct Saved {
 
 /// The checkpoint for `inputs`: found in the cache, or built now by `build`, which gets the
 /// empty entry directory to fill (`booted.qcow2`, `state.zst`, `console.log`, `control-plane/`:
-/// [`crate::vm::Vm::save_into`] and [`copy_tree`]) and returns what it saved. Other processes
+/// [`crate::vm::Vm::save_into`] and [`copy_tree`]; [`HOST_LISTING`]) and returns what it saved. Other processes
 /// wanting the same key wait for the build. A stale entry is removed and built again once.
 pub fn ensure(
     cache: &Cache,
@@ -457,6 +460,7 @@ mod tests {
         fs::write(out.join(state::STREAM), "stream")?;
         fs::create_dir_all(out.join(CONTROL_PLANE).join("pki"))?;
         fs::create_dir_all(out.join(CONTROL_PLANE).join("etcd"))?;
+        fs::write(out.join(HOST_LISTING), "path /etc/os-release\n")?;
         Ok(Saved {
             deployed: deployed(node),
             base_disk: files.path("base.qcow2"),
@@ -519,7 +523,7 @@ mod tests {
     }
 
     #[test]
-    fn a_checkpoint_with_other_inputs_missing_files_or_no_base_disk_is_stale() {
+    fn a_checkpoint_with_other_inputs_missing_files_no_host_listing_or_no_base_disk_is_stale() {
         let files = Files::new();
         let cache = Cache::at(files.path("cache")).unwrap();
         let built = ensure(&cache, &files.inputs(), |out| fake_build(out, &files, "n")).unwrap();
@@ -534,6 +538,15 @@ mod tests {
             .to_string();
         assert!(err.contains("etcd"), "{err}");
         fs::create_dir(built.dir.join(CONTROL_PLANE).join("etcd")).unwrap();
+
+        let listing = fs::read(built.dir.join(HOST_LISTING)).unwrap();
+        fs::remove_file(built.dir.join(HOST_LISTING)).unwrap();
+        let err = Checkpoint::load(&built.dir, &files.inputs())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(HOST_LISTING), "{err}");
+        fs::write(built.dir.join(HOST_LISTING), listing).unwrap();
+        Checkpoint::load(&built.dir, &files.inputs()).expect("whole again");
 
         fs::remove_file(files.path("base.qcow2")).unwrap();
         let err = Checkpoint::load(&built.dir, &files.inputs())
