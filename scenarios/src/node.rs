@@ -220,28 +220,22 @@ impl JoinedNode {
         node.run(case)
     }
 
-    /// [`JoinedNode::run_case`] on a node that always joins for real, with nothing done to the
-    /// VM before the deploy (the `bootstrap` scenario).
+    /// [`JoinedNode::run_case`] on a node that always joins for real, its join building the
+    /// node config's checkpoint when there is none ([`JoinedNode::join_for_real`]; the
+    /// `bootstrap` scenario).
     pub fn run_case_joining(
         node_config: &Path,
         case: impl FnOnce(&mut JoinedNode) -> anyhow::Result<()>,
     ) -> anyhow::Result<()> {
-        JoinedNode::run_case_with(node_config, |_| Ok(()), case)
-    }
-
-    /// [`JoinedNode::run_case`] on a node that joins for real with
-    /// [`JoinedNode::join_with`]`(node_config, before_deploy)`.
-    pub fn run_case_with(
-        node_config: &Path,
-        before_deploy: impl FnOnce(&ClusterLab) -> anyhow::Result<()>,
-        case: impl FnOnce(&mut JoinedNode) -> anyhow::Result<()>,
-    ) -> anyhow::Result<()> {
-        JoinedNode::join_with(node_config, before_deploy)?.run(case)
+        JoinedNode::join_for_real(node_config)?.run(case)
     }
 
     /// Runs `case`, then the offline check; on failure saves the evidence (and keeps the lab
     /// with `LAB_KEEP=1`); shuts down.
-    fn run(mut self, case: impl FnOnce(&mut JoinedNode) -> anyhow::Result<()>) -> anyhow::Result<()> {
+    pub(crate) fn run(
+        mut self,
+        case: impl FnOnce(&mut JoinedNode) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
         let node = &mut self;
         if let Err(err) = case(node).and_then(|()| node.ensure_stayed_offline()) {
             let dir = node.collect_evidence(&format!("{err:#}"));
