@@ -2,7 +2,8 @@
 //! binary the lab builds) under the real supervisor, in a fresh network namespace with the listener
 //! addresses on `lo`, killed with SIGKILL again and again; after each kill both listeners answer
 //! the health name again — with a runtime directory, from the warm standby CoreDNS that took over
-//! (its pid), without one from a new CoreDNS — under the same supervisor. The time from each kill
+//! (its pid; the standby's `oom_score_adj` is 1000, the one that took over has the supervisor's),
+//! without one from a new CoreDNS — under the same supervisor. The time from each kill
 //! until both answer is printed (min/median/max; the figures are in docs/perf.md). A hung CoreDNS
 //! (SIGSTOP) is killed by the supervisor after three failed checks in a row and the standby takes
 //! over. A CoreDNS that cannot start again (its Corefile broken meanwhile) is tried three times,
@@ -233,6 +234,11 @@ impl Supervised {
     }
 }
 
+/// The `oom_score_adj` of process `pid`.
+fn oom_score_adj(pid: u32) -> i32 {
+    agent::supervisor::oom_score::read(Some(pid)).unwrap()
+}
+
 /// Kills CoreDNS `KILLS` times and prints the recovery times; with the standby on, each kill is
 /// answered by the standby that was ready (its pid becomes the active one), without it by a new
 /// CoreDNS.
@@ -258,6 +264,15 @@ fn kill_again_and_again(standby: Standby) {
             );
             s.until_standby_ready();
             assert_ne!(s.standby_pid(), ready, "{}", s.log());
+            // The idle standby goes first at the memory limit; the one that took over no longer.
+            let supervisor_adj = oom_score_adj(supervisor_pid);
+            assert_eq!(oom_score_adj(now as u32), supervisor_adj, "{}", s.log());
+            assert_eq!(
+                oom_score_adj(s.standby_pid() as u32),
+                agent::supervisor::oom_score::STANDBY,
+                "{}",
+                s.log()
+            );
         }
         assert_eq!(s.supervisor.0.id(), supervisor_pid);
         assert!(s.supervisor().try_wait().unwrap().is_none(), "{}", s.log());

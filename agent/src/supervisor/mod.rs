@@ -3,6 +3,7 @@
 
 pub mod failures;
 pub mod notify;
+pub mod oom_score;
 pub mod probe;
 pub mod run;
 pub mod settings;

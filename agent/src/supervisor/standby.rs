@@ -10,6 +10,7 @@
 //! prints it once its servers run, after it installed its signal handlers (before that, SIGUSR1
 //! would end it). Its output is read through a pipe and passed on to the supervisor's own, so the
 //! journal keeps it; nothing asks the standby over the network (no conntrack entry of ours).
+//! At the slice's memory limit the kernel kills the standby first ([`oom_score`]).
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::{Path, PathBuf};
@@ -24,7 +25,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStdout};
 use tokio::time::Instant;
 
-use super::{Settings, notify};
+use super::{Settings, notify, oom_score};
 
 /// How often a started standby is looked at for its banner.
 const POLL: Duration = Duration::from_millis(100);
@@ -189,6 +190,11 @@ impl StandbySlot {
             remove(&corefile);
             format!("cannot start a standby CoreDNS: {e}")
         })?;
+        if let Some(pid) = child.id()
+            && let Err(err) = oom_score::set(pid, oom_score::STANDBY)
+        {
+            tracing::warn!(pid, %err, "cannot make the standby CoreDNS the OOM killer's first choice");
+        }
         let banner = Arc::new(AtomicBool::new(false));
         if let Some(stdout) = child.stdout.take() {
             tokio::spawn(pass_on(stdout, banner.clone()));
@@ -231,6 +237,11 @@ impl StandbySlot {
         };
         match told.await {
             Ok(()) => {
+                if let Some(pid) = s.child.id()
+                    && let Err(err) = oom_score::own().and_then(|own| oom_score::set(pid, own))
+                {
+                    tracing::warn!(pid, %err, "cannot set the new active CoreDNS's oom_score_adj back");
+                }
                 tracing::info!(
                     pid = s.child.id(),
                     "the standby CoreDNS takes over with the real Corefile"
