@@ -5,15 +5,13 @@
 //! scenarios with a joined node take every config.
 
 use std::net::Ipv4Addr;
-use std::path::Path;
 
 use harness::vm::ExitKind;
 use scenarios::LabNode;
 
 #[test]
 fn vm_boots_answers_commands_reboots_both_ways_and_powers_off() -> anyhow::Result<()> {
-    let node_config = Path::new(env!("CARGO_MANIFEST_DIR")).join("../node-configs/localdns.json");
-    LabNode::run_case(&node_config, lifecycle)
+    LabNode::run_case(&scenarios::node_config("localdns.json"), lifecycle)
 }
 
 fn lifecycle(node: &mut LabNode) -> anyhow::Result<()> {
