@@ -49,8 +49,9 @@ impl JoinedNode {
     }
 
     /// The `bootstrap` scenario's node, always a real join (after [`prepare_host`]). When its
-    /// node config has no checkpoint yet, that join builds it and the node is resumed from it, so
-    /// no other test joins the config again; with a checkpoint (or `LAB_NO_CHECKPOINT=1`) it
+    /// node config has LocalDNS on (the configs other scenarios resume) and no checkpoint yet,
+    /// that join builds it and the node is resumed from it, so no other test joins the config
+    /// again; with a checkpoint (or `LAB_NO_CHECKPOINT=1`) it
     /// joins for real beside it. Should another test build the checkpoint first (this one waited
     /// for it), it joins for real all the same.
     pub fn join_for_real(node_config: &Path) -> anyhow::Result<JoinedNode> {
@@ -60,7 +61,9 @@ impl JoinedNode {
         let node = NodeConfig::load(node_config)?;
         let cache = Cache::open()?;
         let inputs = saved_node::inputs(&cache, &node, node_config)?;
-        if checkpoint::find(&cache, &inputs).is_none() {
+        // Only the configs other scenarios resume (those with LocalDNS: dns_wiring, metrics,
+        // notrack, the lifecycle cases); another's checkpoint would be saved for nobody.
+        if node.local_dns && checkpoint::find(&cache, &inputs).is_none() {
             let built = Cell::new(false);
             let saved = build_checkpoint(&cache, node_config, &inputs, || built.set(true))?;
             if built.get() {

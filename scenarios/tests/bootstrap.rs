@@ -6,7 +6,7 @@
 //! install state set back to `starting-node` (standing in for a `start` killed in that stage) it
 //! resumes to `complete` with the node still Ready. `harness lab status` and `harness lab logs`
 //! (their library halves) show and collect the joined node. Every case joins for real; when its
-//! node config has no joined-node checkpoint yet, that join builds it (the other scenarios
+//! node config has LocalDNS on and no joined-node checkpoint yet, that join builds it (the other scenarios
 //! resume from it) and the checks run on the node resumed from it.
 
 use std::net::Ipv4Addr;
