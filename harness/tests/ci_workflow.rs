@@ -1,6 +1,7 @@
 //! The PR CI workflow cannot run here, so these tests check it: `actionlint` accepts it, its jobs
 //! run the README's test command (`scripts/test.sh`, which `.ci/run` runs whole) in its stages —
-//! lint once, archive once, the archive's tests over a matrix of partitions — and it uploads the
+//! lint once, archive once, the archive's tests over a matrix of partitions plus one job for the
+//! opt-in lifecycle scenarios — and it uploads the
 //! JUnit report always and the lab's evidence on failure.
 
 use std::path::{Path, PathBuf};
@@ -143,14 +144,48 @@ fn the_workflow_runs_the_readme_test_command_in_its_three_stages() {
         Some(archive_file),
         "{run_line}"
     );
-    assert!(run_line.contains("--partition"), "{run_line}");
+    assert!(run_line.ends_with("${{ matrix.args }}"), "{run_line}");
     let jobs = workflow()["jobs"].clone();
     let run_job = &jobs[run[0].0.as_str()];
-    assert!(
-        run_job["strategy"]["matrix"]
-            .as_mapping()
-            .is_some_and(|m| !m.is_empty()),
-        "the run stage's job has no matrix: {run_job:?}"
+    // Its matrix: every partition of the default run, and one job for the lifecycle scenarios.
+    let args: Vec<String> = run_job["strategy"]["matrix"]["include"]
+        .as_sequence()
+        .unwrap_or_else(|| panic!("the run stage's job has no matrix `include`: {run_job:?}"))
+        .iter()
+        .map(|entry| entry["args"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    let partitions: Vec<&String> = args
+        .iter()
+        .filter(|a| a.starts_with("--partition count:"))
+        .collect();
+    let count = partitions.len();
+    assert!(count >= 2, "the default run in partitions: {args:?}");
+    for k in 1..=count {
+        assert!(
+            partitions
+                .iter()
+                .any(|a| **a == format!("--partition count:{k}/{count}")),
+            "partition {k}/{count} missing: {args:?}"
+        );
+    }
+    let lifecycle: Vec<&String> = args.iter().filter(|a| a.contains("binary(lifecycle)")).collect();
+    assert_eq!(
+        lifecycle.len(),
+        1,
+        "one job for the lifecycle scenarios: {args:?}"
+    );
+    // The same tests as `--profile lifecycle` runs locally.
+    let nextest = read(".config/nextest.toml");
+    let profile_filter = nextest
+        .split("[profile.lifecycle]")
+        .nth(1)
+        .and_then(|section| section.lines().find_map(|l| l.strip_prefix("default-filter = ")))
+        .map(|f| f.trim().trim_matches('"'))
+        .expect(".config/nextest.toml: [profile.lifecycle] has a default-filter");
+    assert_eq!(
+        lifecycle[0].as_str(),
+        format!("--ignore-default-filter -E '{profile_filter}'"),
+        "the lifecycle job runs what `--profile lifecycle` runs"
     );
     let needs = &run_job["needs"];
     let archive_job = Value::String(archive[0].0.clone());
