@@ -62,6 +62,7 @@ enum Standby {
 const PLACEHOLDER: &str = "# The LocalDNS supervisor's warm standby";
 
 impl Supervised {
+    /// A supervisor in this thread's fresh network namespace, its listener addresses on `lo`.
     fn start(standby: Standby) -> Supervised {
         if let Err(err) = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET) {
             panic!("unshare(CLONE_NEWNET) failed ({err}): this test needs root");
@@ -75,6 +76,11 @@ impl Supervised {
         for a in addrs.iter().filter(|a| !a.is_loopback()) {
             run(&["addr", "add", &format!("{a}/32"), "dev", "lo"]);
         }
+        Supervised::spawn(goal, standby)
+    }
+
+    /// A supervisor for `goal` in this thread's network namespace, with a directory of its own.
+    fn spawn(goal: LocalDnsGoal, standby: Standby) -> Supervised {
         let dir = tempfile::tempdir().unwrap();
         let corefile = dir.path().join("Corefile");
         std::fs::write(&corefile, agent::render::corefile::render(&goal).unwrap()).unwrap();
@@ -422,4 +428,78 @@ fn a_hung_coredns_is_killed_and_the_standby_takes_over_under_the_same_supervisor
         "{log}"
     );
     eprintln!("CoreDNS hung (SIGSTOP): both listeners answered the standby that took over after {took:.1?}");
+}
+
+/// The bridge of a planned restart (`localdns-bridge.service`, `agent::start::localdns_restart`):
+/// a second supervisor with the same environment and Corefile and no standby starts beside the
+/// running one; their CoreDNS share the listeners (`SO_REUSEPORT`: two UDP and two TCP sockets on
+/// each, which the agent waits for), and while the first supervisor stops (SIGTERM, as systemd
+/// stops a unit) every lookup of both listeners is answered, by the bridge at the end.
+#[test]
+fn a_bridge_supervisor_shares_the_listeners_and_answers_while_the_first_stops() {
+    use agent::start::localdns_restart::wait_bound;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let mut first = Supervised::start(Standby::Off);
+    let listeners = [
+        first.goal.node_listener.addr(),
+        first.goal.cluster_listener.addr(),
+    ];
+    wait_bound(&listeners, 1, Duration::from_secs(10)).unwrap();
+    let bridge = Supervised::spawn(first.goal.clone(), Standby::Off);
+    wait_bound(&listeners, 2, Duration::from_secs(30)).unwrap_or_else(|e| {
+        panic!(
+            "the bridge's CoreDNS did not bind beside the first: {e}\n{}",
+            bridge.log()
+        )
+    });
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let asking = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let (mut lookups, mut failed) = (0u32, Vec::new());
+            while !stop.load(Ordering::Relaxed) {
+                for l in listeners {
+                    lookups += 1;
+                    // As a stub resolver asks: two tries of a second each.
+                    let answered =
+                        (0..2).any(|_| matches!(dns_rcode(l, HEALTH_NAME, Duration::from_secs(1)), Ok(0)));
+                    if !answered {
+                        failed.push(format!("lookup {lookups} of {l}"));
+                    }
+                }
+            }
+            (lookups, failed)
+        })
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let pid = Pid::from_raw(first.supervisor.0.id() as i32);
+    kill(pid, Signal::SIGTERM).unwrap();
+    let status = first.supervisor().wait().unwrap();
+    let bound = |flag: &str| agent::start::localdns_restart::bound_sockets(&listeners[0], flag).unwrap();
+    // Its CoreDNS went with it (the supervisor stops it; systemd would kill what is left).
+    let stopped = Instant::now();
+    while (bound("-u"), bound("-t")) != (1, 1) {
+        assert!(
+            stopped.elapsed() < GIVE_UP,
+            "the first CoreDNS's sockets stayed\n{}",
+            first.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    stop.store(true, Ordering::Relaxed);
+    let (lookups, failed) = asking.join().unwrap();
+    assert!(lookups > 0, "no lookups were made");
+    assert!(
+        failed.is_empty(),
+        "{} of {lookups} lookups got no answer while the first supervisor stopped ({status}): {failed:?}\n{}\n{}",
+        failed.len(),
+        first.log(),
+        bridge.log()
+    );
+    assert!(bridge.both_answer(), "{}", bridge.log());
+    eprintln!("{lookups} lookups while the first supervisor stopped ({status}), all answered");
 }

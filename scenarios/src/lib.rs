@@ -17,6 +17,7 @@ pub mod conntrack_burst;
 pub mod dns;
 pub mod host_state;
 pub mod lifecycle;
+pub mod listener_probe;
 pub mod metrics;
 pub mod node;
 pub mod pod_dns;

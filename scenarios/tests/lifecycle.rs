@@ -24,6 +24,7 @@ use scenarios::lifecycle::{
     kill_agent_in_or_see_it_finish, node_boot_id, run_case_listing_the_host_first, start_sleeper,
     wait_new_boot_id,
 };
+use scenarios::listener_probe::ListenerProbe;
 use scenarios::node::JoinedNode;
 use scenarios::pod_dns::{
     a_cluster_first_pod_resolves_the_kubernetes_service_through,
@@ -171,7 +172,9 @@ fn managed_reboot(node: &mut JoinedNode) -> anyhow::Result<()> {
 }
 
 /// `start` by an agent binary with other bytes replaces the supervisor in the machine and
-/// restarts `localdns.service` (a new invocation); `start` again by the same binary leaves it be.
+/// restarts `localdns.service` (a new invocation) bridged by `localdns-bridge.service`, every
+/// lookup of both listeners made meanwhile answered; `start` again by the same binary leaves it
+/// be.
 fn a_rebuilt_agent_restarts_localdns_and_an_unchanged_one_does_not(
     node: &mut JoinedNode,
 ) -> anyhow::Result<()> {
@@ -191,15 +194,25 @@ fn a_rebuilt_agent_restarts_localdns_and_an_unchanged_one_does_not(
     ))?;
     let start = format!("start --config {CONFIG}");
     let first = invocation(node)?;
+    // Both listeners asked throughout the restart: the bridge answers while it lasts.
+    let probe = ListenerProbe::start(&node.vm)?;
     let out = node
         .vm
         .cmd(&format!("{rebuilt} {start} 2>&1"))
         .timeout(node.deadline(5))
         .run()?;
+    let probed = probe.finish(&node.vm)?;
     let text = out.stdout_text();
     ensure!(
-        text.contains("replaced the LocalDNS supervisor"),
-        "a rebuilt agent's start did not replace the supervisor:\n{text}"
+        text.contains("replaced the LocalDNS supervisor")
+            && text.contains("localdns-bridge.service answers on the listeners beside CoreDNS")
+            && text.contains("stopped localdns-bridge.service"),
+        "a rebuilt agent's start did not replace the supervisor, bridged by localdns-bridge.service:\n{text}"
+    );
+    probed.ensure_every_lookup_answered("the bridged restart of localdns.service")?;
+    eprintln!(
+        "==> {} lookups of the listeners during the bridged restart ({:.0?}), all answered",
+        probed.lookups, probed.took
     );
     let second = invocation(node)?;
     ensure!(second != first, "localdns.service was not restarted ({first})");

@@ -21,7 +21,7 @@ use crate::preflight::{self, Severity};
 use crate::render::Rendered;
 use crate::start::node::{self, Waits};
 use crate::start::rootfs::{self, ImageArchive};
-use crate::start::{StartError, daemon_unit, host, plan as node_plan};
+use crate::start::{StartError, daemon_unit, host, localdns_restart, plan as node_plan};
 
 /// The running operation.
 pub struct Executor<'a> {
@@ -379,8 +379,7 @@ impl<'a> Executor<'a> {
         // unchanged agent leaves both alone).
         if config.local_dns.is_some() && rootfs::install_supervisor(&under(&self.root, &self.slot.rootfs()))?
         {
-            runner.run(&["systemctl", "restart", "localdns.service"])?;
-            node::localdns_ready(config, self.waits, self.progress)?;
+            localdns_restart::restart_localdns(&runner, config, self.waits, self.progress)?;
             self.line("the agent changed: replaced the LocalDNS supervisor and restarted localdns.service");
             return Ok(());
         }

@@ -14,7 +14,7 @@ use crate::files::under;
 use crate::hostnet;
 use crate::paths;
 use crate::start::StartError;
-use crate::start::node;
+use crate::start::{localdns_restart, node};
 
 /// What the change touched, by where it lives.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -136,7 +136,7 @@ pub fn run(exec: &mut Executor) -> Result<(), StartError> {
             )?;
         }
         if was_on && t.localdns {
-            runner.run(&["systemctl", "restart", "localdns.service"])?;
+            localdns_restart::restart_localdns(&runner, config, exec.waits, exec.progress)?;
             exec.line("restarted localdns.service");
         } else {
             runner.run(&["systemctl", "start", "localdns.service"])?;

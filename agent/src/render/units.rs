@@ -1,9 +1,30 @@
-//! systemd units inside the machine: `localdns.service`, `localdns.slice` and
-//! the containerd/kubelet drop-ins that order them after LocalDNS.
+//! systemd units inside the machine: `localdns.service`, `localdns-bridge.service`,
+//! `localdns.slice` and the containerd/kubelet drop-ins that order them after LocalDNS.
 
 use super::HEADER;
 use super::paths::{ENVIRONMENT, SUPERVISOR_BINARY};
 use crate::goal::LocalDnsGoal;
+
+/// What both LocalDNS services run under: unprivileged but for binding port 53, sandboxed.
+const SANDBOX: &str = "AmbientCapabilities=CAP_NET_BIND_SERVICE
+CapabilityBoundingSet=CAP_NET_BIND_SERVICE
+NoNewPrivileges=yes
+ProtectSystem=strict
+ProtectHome=yes
+PrivateTmp=yes
+PrivateDevices=yes
+ProtectKernelTunables=yes
+ProtectKernelModules=yes
+ProtectControlGroups=yes
+RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX AF_NETLINK
+RestrictNamespaces=yes
+RestrictRealtime=yes
+RestrictSUIDSGID=yes
+LockPersonality=yes
+MemoryDenyWriteExecute=yes
+SystemCallArchitectures=native
+LimitNOFILE=1048576
+";
 
 /// `localdns.service`: the supervisor (which runs CoreDNS) as a notify service
 /// with a watchdog, unprivileged but for binding port 53, in `localdns.slice`;
@@ -34,28 +55,40 @@ Slice=localdns.slice
 DynamicUser=yes
 RuntimeDirectory=localdns
 RuntimeDirectoryMode=0700
-AmbientCapabilities=CAP_NET_BIND_SERVICE
-CapabilityBoundingSet=CAP_NET_BIND_SERVICE
-NoNewPrivileges=yes
-ProtectSystem=strict
-ProtectHome=yes
-PrivateTmp=yes
-PrivateDevices=yes
-ProtectKernelTunables=yes
-ProtectKernelModules=yes
-ProtectControlGroups=yes
-RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX AF_NETLINK
-RestrictNamespaces=yes
-RestrictRealtime=yes
-RestrictSUIDSGID=yes
-LockPersonality=yes
-MemoryDenyWriteExecute=yes
-SystemCallArchitectures=native
-LimitNOFILE=1048576
-
+{SANDBOX}
 [Install]
 WantedBy=multi-user.target
 "
+    )
+}
+
+/// `localdns-bridge.service`: the same supervisor, environment and Corefile as
+/// `localdns.service`, without a standby or a watchdog, started by the agent only for the length
+/// of a planned restart of `localdns.service` (`start::localdns_restart`). Its CoreDNS binds the
+/// listeners beside the running one: CoreDNS sets `SO_REUSEPORT`, and the kernel lets two sockets
+/// share a port only when they belong to the same user, hence `User=localdns` — the dynamic user
+/// of `localdns.service` (named after it), which systemd shares between units that name it. Not
+/// enabled; nothing else starts it.
+pub fn bridge_service() -> String {
+    format!(
+        "{HEADER}[Unit]
+Description=LocalDNS bridge: answers on the listeners while localdns.service restarts
+StartLimitIntervalSec=0
+
+[Service]
+Type=notify
+NotifyAccess=all
+EnvironmentFile={ENVIRONMENT}
+Environment=LOCALDNS_STANDBY=0
+ExecStart={SUPERVISOR_BINARY}
+TimeoutStartSec=90
+TimeoutStopSec=30
+KillMode=mixed
+OOMPolicy=continue
+Slice=localdns.slice
+DynamicUser=yes
+User=localdns
+{SANDBOX}"
     )
 }
 

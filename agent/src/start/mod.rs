@@ -19,6 +19,7 @@ pub mod daemon_unit;
 pub mod error;
 pub mod files;
 pub mod host;
+pub mod localdns_restart;
 pub mod node;
 pub mod plan;
 pub mod rootfs;

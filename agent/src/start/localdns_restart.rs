@@ -1,0 +1,129 @@
+//! A planned restart of `localdns.service` (a new supervisor, a changed Corefile or unit) with
+//! something answering on the listeners throughout: `localdns-bridge.service` is started first,
+//! and the agent waits until its CoreDNS holds each listener beside the running one (two UDP and
+//! two TCP sockets bound to `<listener>:53`, which CoreDNS's `SO_REUSEPORT` allows); then
+//! `localdns.service` restarts, and once its new CoreDNS holds the listeners again beside the
+//! bridge, the bridge stops. A bridge that does not come up is stopped and the restart goes on
+//! without it, saying so (DNS is then down for the start of the new CoreDNS, as before).
+//! An operator's own `systemctl restart localdns` has no bridge (docs/localdns.md).
+
+use std::net::Ipv4Addr;
+use std::process::Command;
+use std::time::Duration;
+
+use super::StartError;
+use super::node::{self, Waits};
+use crate::exec;
+use crate::machine::MachineRunner;
+use crate::machine::machinectl::{MachineError, poll};
+use crate::progress::Progress;
+use crate::validate::Config;
+
+/// The unit that bridges a restart (`render::units::bridge_service`).
+pub const BRIDGE_UNIT: &str = "localdns-bridge.service";
+/// How long the bridge's or the new CoreDNS's sockets are waited for, before the timeout scale.
+pub const BOUND_TIMEOUT: Duration = Duration::from_secs(30);
+const BOUND_POLL: Duration = Duration::from_millis(200);
+
+/// Restarts `localdns.service` in `runner`'s machine bridged by `localdns-bridge.service`, and
+/// waits until both listeners are ready; with LocalDNS off in `config`, a plain restart.
+pub fn restart_localdns(
+    runner: &MachineRunner,
+    config: &Config,
+    waits: Waits,
+    p: &dyn Progress,
+) -> Result<(), StartError> {
+    let Some(l) = &config.local_dns else {
+        runner.run(&["systemctl", "restart", "localdns.service"])?;
+        return Ok(());
+    };
+    let listeners = [l.node_listener.addr(), l.cluster_listener.addr()];
+    let bound_timeout = BOUND_TIMEOUT * waits.scale.max(1);
+    let bridged = match start_bridge(runner, &listeners, bound_timeout) {
+        Ok(()) => {
+            p.line(&format!("{BRIDGE_UNIT} answers on the listeners beside CoreDNS"));
+            true
+        }
+        Err(err) => {
+            p.line(&format!(
+                "warning: no bridge for the restart of localdns.service ({err}); \
+                 the listeners are down until the new CoreDNS answers"
+            ));
+            stop_bridge(runner)?;
+            false
+        }
+    };
+    let restarted = (|| -> Result<(), StartError> {
+        runner.run(&["systemctl", "restart", "localdns.service"])?;
+        node::localdns_ready(config, waits, p)?;
+        if bridged {
+            // The old CoreDNS's sockets are gone; two again means the new one is bound.
+            wait_bound(&listeners, 2, bound_timeout)?;
+        }
+        Ok(())
+    })();
+    if bridged {
+        stop_bridge(runner)?;
+        p.line(&format!("stopped {BRIDGE_UNIT}"));
+    }
+    restarted
+}
+
+/// Starts the bridge and waits until it holds every listener beside the running CoreDNS.
+fn start_bridge(runner: &MachineRunner, listeners: &[Ipv4Addr], timeout: Duration) -> Result<(), StartError> {
+    runner.run(&["systemctl", "start", BRIDGE_UNIT])?;
+    wait_bound(listeners, 2, timeout)?;
+    Ok(())
+}
+
+fn stop_bridge(runner: &MachineRunner) -> Result<(), StartError> {
+    runner.run(&["systemctl", "stop", BRIDGE_UNIT])?;
+    Ok(())
+}
+
+/// Waits until at least `sockets` UDP and `sockets` TCP listening sockets are bound to port 53 of
+/// each listener (the machine shares the host's network, so the host's `ss` sees them).
+pub fn wait_bound(listeners: &[Ipv4Addr], sockets: usize, timeout: Duration) -> Result<(), MachineError> {
+    poll(
+        &format!("{sockets} CoreDNS sockets (UDP and TCP) on port 53 of {listeners:?}"),
+        timeout,
+        BOUND_POLL,
+        || {
+            for ip in listeners {
+                for (proto, flag) in [("UDP", "-u"), ("TCP", "-t")] {
+                    let bound = bound_sockets(ip, flag)?;
+                    if bound < sockets {
+                        return Err(format!("{bound} {proto} socket(s) on {ip}:53"));
+                    }
+                }
+            }
+            Ok(Some(()))
+        },
+    )
+}
+
+/// How many listening sockets of protocol `flag` (`-u`, `-t`) are bound to `ip:53`.
+pub fn bound_sockets(ip: &Ipv4Addr, flag: &str) -> Result<usize, String> {
+    let out = exec::run(Command::new("ss").args(["-Hln", flag, "src", &format!("{ip}:53")]))
+        .map_err(|e| e.to_string())?;
+    Ok(count_sockets(&String::from_utf8_lossy(&out.stdout)))
+}
+
+/// The socket lines of `ss -H` output.
+fn count_sockets(ss: &str) -> usize {
+    ss.lines().filter(|l| !l.trim().is_empty()).count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_line_of_ss_is_one_socket() {
+        let two = "UNCONN 0      0      169.254.10.10:53        0.0.0.0:*\n\
+                   UNCONN 0      0      169.254.10.10:53        0.0.0.0:*\n";
+        assert_eq!(count_sockets(two), 2);
+        assert_eq!(count_sockets(""), 0);
+        assert_eq!(count_sockets("\n"), 0);
+    }
+}
