@@ -69,6 +69,17 @@ pub fn kill_agent_in_or_see_it_finish(
     file: &str,
     marker: &str,
 ) -> anyhow::Result<Killed> {
+    kill_agent_in_any_or_see_it_finish(node, args, file, &[marker])
+}
+
+/// As [`kill_agent_in_or_see_it_finish`], killing it as soon as `file` contains any of `markers`
+/// (a step or any later one: a step quicker than the polling is passed by, not waited for).
+pub fn kill_agent_in_any_or_see_it_finish(
+    node: &JoinedNode,
+    args: &str,
+    file: &str,
+    markers: &[&str],
+) -> anyhow::Result<Killed> {
     let log = "/var/log/unbounded-lab/killed-run.log";
     let agent = &node.deployed.guest_agent;
     node.vm
@@ -86,17 +97,17 @@ pub fn kill_agent_in_or_see_it_finish(
             .vm
             .run_unchecked(&format!("cat {file} 2>/dev/null"))?
             .stdout_text();
-        if seen.contains(marker) {
+        if markers.iter().any(|m| seen.contains(m)) {
             break;
         }
         let printed = node.vm.run_unchecked(&format!("cat {log}"))?.stdout_text();
         if !was_running {
-            eprintln!("==> `unbounded-agent {args}` ended before {marker:?} showed in {file}");
+            eprintln!("==> `unbounded-agent {args}` ended before {markers:?} showed in {file}");
             return Ok(Killed::FinishedFirst(printed));
         }
         ensure!(
             Instant::now() < deadline,
-            "`unbounded-agent {args}` never reached {marker:?} in {file}; it printed:\n{printed}"
+            "`unbounded-agent {args}` never reached {markers:?} in {file}; it printed:\n{printed}"
         );
         std::thread::sleep(std::time::Duration::from_millis(500));
     }
@@ -106,14 +117,14 @@ pub fn kill_agent_in_or_see_it_finish(
         .run_unchecked(&format!("pkill -KILL -f '^{agent} {args}'"))?;
     if !killed.success() {
         // pkill matched nothing: the run ended by itself right after writing the marker.
-        eprintln!("==> `unbounded-agent {args}` ended in {marker:?} before it could be killed");
+        eprintln!("==> `unbounded-agent {args}` ended in {markers:?} before it could be killed");
         return Ok(Killed::FinishedFirst(node.vm.run(&format!("cat {log}"))?));
     }
     std::thread::sleep(std::time::Duration::from_secs(1));
     ensure!(!running()?, "the agent survived SIGKILL");
     let printed = node.vm.run(&format!("cat {log}"))?;
     eprintln!(
-        "==> killed `unbounded-agent {args}` at {marker:?}; it had printed:\n{}",
+        "==> killed `unbounded-agent {args}` at {markers:?}; it had printed:\n{}",
         printed.lines().rev().take(3).collect::<Vec<_>>().join("\n")
     );
     Ok(Killed::At(printed))

@@ -21,8 +21,8 @@ use scenarios::host_state::{
 };
 use scenarios::lifecycle::{
     HostListing, Killed, agent, ensure_localdns_ready_before_kubelet, ensure_sleeper_survived, kill_agent_in,
-    kill_agent_in_or_see_it_finish, node_boot_id, run_case_listing_the_host_first, start_sleeper,
-    wait_new_boot_id,
+    kill_agent_in_any_or_see_it_finish, kill_agent_in_or_see_it_finish, node_boot_id,
+    run_case_listing_the_host_first, start_sleeper, wait_new_boot_id,
 };
 use scenarios::listener_probe::ListenerProbe;
 use scenarios::node::JoinedNode;
@@ -494,8 +494,15 @@ fn start_killed_in_each_stage_then_run_again(node: &mut JoinedNode) -> anyhow::R
     let mut caught: Vec<Stage> = Vec::new();
     let mut target = Stage::PreparingHost;
     let finished = loop {
-        let marker = format!("\"{}\"", target.as_str());
-        match kill_agent_in_or_see_it_finish(node, &start, agent::paths::INSTALL_STATE, &marker)? {
+        // The target stage or any later one before `complete`: a stage quicker than the polling
+        // (preparing-host takes about a second) is passed by, not waited for.
+        let markers: Vec<String> = Stage::ALL
+            .iter()
+            .filter(|s| **s >= target && **s != Stage::Complete)
+            .map(|s| format!("\"{}\"", s.as_str()))
+            .collect();
+        let markers: Vec<&str> = markers.iter().map(String::as_str).collect();
+        match kill_agent_in_any_or_see_it_finish(node, &start, agent::paths::INSTALL_STATE, &markers)? {
             Killed::At(printed) => {
                 if let Some(last) = caught.last() {
                     ensure_resumed_at(&printed, *last)?;
