@@ -5,6 +5,15 @@ use super::HEADER;
 use super::paths::{ENVIRONMENT, SUPERVISOR_BINARY};
 use crate::goal::LocalDnsGoal;
 
+/// How both LocalDNS services start and stop, and where and as whom they run (a dynamic user).
+const LIFETIME: &str = "TimeoutStartSec=90
+TimeoutStopSec=30
+KillMode=mixed
+OOMPolicy=continue
+Slice=localdns.slice
+DynamicUser=yes
+";
+
 /// What both LocalDNS services run under: unprivileged but for binding port 53, sandboxed.
 const SANDBOX: &str = "AmbientCapabilities=CAP_NET_BIND_SERVICE
 CapabilityBoundingSet=CAP_NET_BIND_SERVICE
@@ -47,13 +56,7 @@ ExecStart={SUPERVISOR_BINARY}
 WatchdogSec=60
 Restart=on-failure
 RestartSec=2
-TimeoutStartSec=90
-TimeoutStopSec=30
-KillMode=mixed
-OOMPolicy=continue
-Slice=localdns.slice
-DynamicUser=yes
-RuntimeDirectory=localdns
+{LIFETIME}RuntimeDirectory=localdns
 RuntimeDirectoryMode=0700
 {SANDBOX}
 [Install]
@@ -81,13 +84,7 @@ NotifyAccess=all
 EnvironmentFile={ENVIRONMENT}
 Environment=LOCALDNS_STANDBY=0
 ExecStart={SUPERVISOR_BINARY}
-TimeoutStartSec=90
-TimeoutStopSec=30
-KillMode=mixed
-OOMPolicy=continue
-Slice=localdns.slice
-DynamicUser=yes
-User=localdns
+{LIFETIME}User=localdns
 {SANDBOX}"
     )
 }
