@@ -4,7 +4,8 @@
 //! two TCP sockets bound to `<listener>:53`, which CoreDNS's `SO_REUSEPORT` allows); then
 //! `localdns.service` restarts, and once its new CoreDNS holds the listeners again beside the
 //! bridge, the bridge stops. A bridge that does not come up is stopped and the restart goes on
-//! without it, saying so (DNS is then down for the start of the new CoreDNS, as before).
+//! without it, saying so (DNS is then down for the start of the new CoreDNS, as before); so does
+//! a restart onto listeners nothing holds yet (a config that moves them).
 //! An operator's own `systemctl restart localdns` has no bridge (docs/localdns.md).
 
 use std::net::Ipv4Addr;
@@ -39,6 +40,13 @@ pub fn restart_localdns(
     };
     let listeners = [l.node_listener.addr(), l.cluster_listener.addr()];
     let bound_timeout = BOUND_TIMEOUT * waits.scale.max(1);
+    // Listeners that nothing holds yet (a config moving them): nothing to keep answering.
+    if wait_bound(&listeners, 1, Duration::ZERO).is_err() {
+        p.line("nothing answers on the listeners yet; restarting localdns.service without a bridge");
+        runner.run(&["systemctl", "restart", "localdns.service"])?;
+        node::localdns_ready(config, waits, p)?;
+        return Ok(());
+    }
     let bridged = match start_bridge(runner, &listeners, bound_timeout) {
         Ok(()) => {
             p.line(&format!("{BRIDGE_UNIT} answers on the listeners beside CoreDNS"));
