@@ -3,6 +3,7 @@
 //! Needs root (network namespaces); no VM.
 
 use std::net::Ipv4Addr;
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -215,19 +216,68 @@ fn services_are_not_reachable_from_the_host_namespace() {
     lab.shutdown().unwrap();
 }
 
+/// What tells this lab apart from a later one on the same number (another
+/// test's lab may claim it the moment it is free, in this process too under
+/// `cargo test`): its namespace's inode and a marker in its run directory.
+struct ThisLab {
+    name: String,
+    inode: u64,
+    marker: PathBuf,
+}
+
+impl ThisLab {
+    fn mark(lab: &Lab) -> ThisLab {
+        let marker = lab.run_dir().join("lab-network-test-marker");
+        std::fs::write(&marker, "").unwrap();
+        ThisLab {
+            name: lab.name(),
+            inode: netns::inode(&lab.name()).unwrap(),
+            marker,
+        }
+    }
+
+    /// Fails unless this lab's run directory, namespace and this process's
+    /// threads in it are gone. Checked under the lab lock, which a claim holds
+    /// while it writes its owner file (before it adds its namespace).
+    fn assert_gone(&self) {
+        let _lock = owner::lock().unwrap();
+        let name = &self.name;
+        assert!(
+            !self.marker.exists(),
+            "the run directory of {name} survived (its marker {} is there)",
+            self.marker.display()
+        );
+        // With the marker gone, an owner file is a later claim's.
+        let reclaimed = owner::owner_file(name).exists();
+        assert!(reclaimed || !netns::exists(name), "namespace {name} survived");
+        // The kernel reuses a freed namespace's inode for a later one.
+        let reused = netns::list("lab-")
+            .iter()
+            .any(|other| netns::inode(other) == Some(self.inode));
+        let me = format!("{}/", std::process::id());
+        let mine: Vec<String> = netns::tasks_in(self.inode)
+            .into_iter()
+            .filter(|task| task.starts_with(&me))
+            .collect();
+        assert!(
+            reused || mine.is_empty(),
+            "threads of this process are still in {name}: {mine:?}"
+        );
+    }
+}
+
 #[test]
 fn teardown_leaves_no_namespace_link_process_or_directory() {
     let lab = start("teardown_leaves_no_namespace_link_process_or_directory");
+    let this = ThisLab::mark(&lab);
     let name = lab.name();
     let n = lab.number();
-    let run_dir = lab.run_dir().to_path_buf();
     lab.attach_vm().unwrap();
     lab.attach_vm().unwrap();
     let mut sleeper = lab.command("sleep");
     let mut sleeper = sleeper.arg("1000").stdin(Stdio::null()).spawn().unwrap();
-    let inode = netns::inode(&name).unwrap();
     let started = Instant::now();
-    while netns::pids_in(inode).is_empty() {
+    while netns::pids_in(this.inode).is_empty() {
         assert!(
             started.elapsed() < Duration::from_secs(5),
             "sleep never entered {name}"
@@ -237,33 +287,30 @@ fn teardown_leaves_no_namespace_link_process_or_directory() {
 
     lab.shutdown().unwrap();
 
-    let status = sleeper.wait().unwrap();
+    let status = exit_status_within_10s(&mut sleeper, "the lab's sleep");
     assert!(
         !status.success(),
         "the process in the lab was not killed: {status}"
     );
-    assert!(!netns::list("lab-").contains(&name), "namespace {name} survived");
-    assert!(netns::tasks_in(inode).is_empty(), "a thread is still in {name}");
     let links = host_links();
     assert!(
         !links.contains(&format!("labbr{n}:")) && !links.contains(&format!("labtap{n}-")),
         "{links}"
     );
-    assert!(!run_dir.exists(), "{} survived", run_dir.display());
+    this.assert_gone();
 }
 
 #[test]
 fn dropping_a_lab_tears_it_down_like_shutdown() {
     let lab = start("dropping_a_lab_tears_it_down_like_shutdown");
-    let name = lab.name();
+    let this = ThisLab::mark(&lab);
     drop(lab);
-    assert!(!netns::exists(&name), "namespace {name} survived the drop");
-    assert!(!owner::owner_file(&name).exists());
+    this.assert_gone();
 }
 
-/// A lab number no lab uses right now, from the top of the range (tests start at the bottom).
-fn unused_number() -> u8 {
-    let _lock = owner::lock().unwrap();
+/// A lab number no lab uses right now, from the top of the range (tests start
+/// at the bottom); the caller holds the lab lock.
+fn unused_number_under_the_lock() -> u8 {
     (120..=154)
         .rev()
         .find(|n| {
@@ -273,9 +320,32 @@ fn unused_number() -> u8 {
         .expect("a free lab number between 120 and 154")
 }
 
+/// Waits up to 10 s for `child` to exit; kills it and fails if it does not.
+fn exit_status_within_10s(child: &mut std::process::Child, what: &str) -> std::process::ExitStatus {
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if started.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            panic!(
+                "{what} (pid {}) was still running 10 s after the sweep",
+                child.id()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 #[test]
 fn stale_lab_of_a_dead_owner_is_swept_when_a_lab_starts() {
-    let n = unused_number();
+    // Built under the lab lock, as a harness builds its lab: another test's lab
+    // starting meanwhile must not sweep a half-built stale lab (it would delete
+    // the namespace while `ip netns exec` enters it, leaving `sleep` in an
+    // anonymous namespace no sweep can find).
+    let building = owner::lock().unwrap();
+    let n = unused_number_under_the_lock();
     let name = format!("lab-{n}");
     // Simulate a harness killed with SIGKILL: a namespace with a process in it,
     // and an owner file naming a process that is gone.
@@ -296,23 +366,30 @@ fn stale_lab_of_a_dead_owner_is_swept_when_a_lab_starts() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+    drop(building);
 
     let lab = start("stale_lab_of_a_dead_owner_is_swept_when_a_lab_starts");
 
-    // Another test's lab may have swept it first; either way it must be gone.
+    // Another test's lab may have swept it first (and claimed the number since);
+    // either way this stale lab must be gone.
     assert!(
-        !netns::exists(&name),
-        "stale namespace {name} survived; swept: {:?}",
-        lab.swept()
-    );
-    assert!(
-        !orphan.wait().unwrap().success(),
+        !exit_status_within_10s(&mut orphan, "the stale lab's sleep").success(),
         "the stale lab's process was not killed"
     );
-    assert!(
-        !owner::run_dir(&name).exists(),
-        "the stale lab's run directory survived"
-    );
+    {
+        let _lock = owner::lock().unwrap();
+        let dead_pid = dead_pid as i32;
+        let claimed_since = owner::read_owner(&name).is_some_and(|o| o.pid != dead_pid);
+        assert!(
+            claimed_since || !netns::exists(&name),
+            "stale namespace {name} survived; swept: {:?}",
+            lab.swept()
+        );
+        assert!(
+            claimed_since || !owner::run_dir(&name).exists(),
+            "the stale lab's run directory survived"
+        );
+    }
     lab.shutdown().unwrap();
 }
 
