@@ -10,13 +10,19 @@
 //! * the supervisor killed with SIGKILL: systemd starts `localdns.service` again and both
 //!   listeners answer;
 //! * CoreDNS hung with SIGSTOP: three failed checks in a row and the supervisor (the same process)
-//!   kills it and the standby takes over; both listeners answer it.
+//!   kills it and the standby takes over; both listeners answer it;
+//! * CoreDNS at its `MemoryMax`: `localdns.slice`'s limit lowered (at runtime) to what it uses plus
+//!   [`FILL_HEADROOM_MIB`], then CoreDNS's own cache filled with big answers until the kernel
+//!   OOM-kills the serving CoreDNS inside the slice; the supervisor (the same process) brings DNS
+//!   back on both listeners, `localdns.service` is not restarted, containerd, kubelet and the
+//!   machine keep their processes and the Node stays Ready; the limit is put back.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use anyhow::{Context, bail, ensure};
 use harness::lab::DnsFailure;
+use scenarios::cluster::wait_node_ready;
 use scenarios::dns::{CLUSTER_LISTENER, NODE_LISTENER};
 use scenarios::metrics::scrape_from_lab;
 use scenarios::node::JoinedNode;
@@ -31,6 +37,16 @@ const METRICS_PORT: u16 = 9253;
 const STALE_AFTER: Duration = Duration::from_secs(8);
 /// How long one fault may take to recover before the case fails (TCG, a loaded host).
 const RECOVERY_LIMIT_S: u32 = 300;
+/// The machine LocalDNS runs in on a node resumed from its checkpoint.
+const MACHINE: &str = "kube1";
+/// Room above `localdns.slice`'s usage when the memory fault lowers its `MemoryMax`.
+const FILL_HEADROOM_MIB: u64 = 8;
+/// Addresses in each answer of the memory fill: ~1 KB on the wire, several KB in CoreDNS's cache.
+const FILL_ADDRESSES: u8 = 60;
+/// Names the memory fill asks at most (the cache keeps up to 9984 successes per listener).
+const FILL_NAMES: u32 = 9000;
+/// Parallel `dig -f` clients of the memory fill.
+const FILL_CLIENTS: u32 = 4;
 
 #[test]
 fn localdns_answers_again_after_crashes_hangs_and_an_upstream_outage() -> anyhow::Result<()> {
@@ -41,7 +57,8 @@ fn localdns_answers_again_after_crashes_hangs_and_an_upstream_outage() -> anyhow
         coredns_killed_again_and_again(node)?;
         upstream_gone(node)?;
         supervisor_killed(node)?;
-        coredns_hung(node)
+        coredns_hung(node)?;
+        coredns_at_memory_max(node)
     })
 }
 
@@ -303,6 +320,162 @@ fn coredns_hung(node: &JoinedNode) -> anyhow::Result<()> {
     );
     eprintln!(
         "==> CoreDNS hung (SIGSTOP): the supervisor killed it, both listeners answered the standby that took over after {ms} ms"
+    );
+    Ok(())
+}
+
+/// The node's path of `localdns.slice`'s cgroup (inside the machine's payload).
+fn localdns_slice_cgroup(node: &JoinedNode) -> anyhow::Result<String> {
+    let found = node
+        .vm
+        .run("find /sys/fs/cgroup/machine.slice -maxdepth 4 -type d -name localdns.slice")?;
+    let dirs: Vec<&str> = found.split_whitespace().collect();
+    match dirs.as_slice() {
+        [one] => Ok(one.to_string()),
+        _ => bail!("expected one localdns.slice cgroup under machine.slice, found {dirs:?}"),
+    }
+}
+
+/// A number the node's kernel keeps in `file` (`memory.current`, a key of `memory.events`).
+fn cgroup_number(node: &JoinedNode, file: &str, key: Option<&str>) -> anyhow::Result<u64> {
+    let text = node.vm.run(&format!("cat {file}"))?;
+    let value = match key {
+        None => text.trim(),
+        Some(k) => text
+            .lines()
+            .find_map(|l| l.strip_prefix(k)?.strip_prefix(' '))
+            .with_context(|| format!("no {k} in {file}: {text}"))?,
+    };
+    value
+        .trim()
+        .parse()
+        .with_context(|| format!("{file}: {text:?} is not a number"))
+}
+
+/// `MainPID`s (and `localdns.service`'s `NRestarts`) that a fault inside the slice must not change.
+fn units_outside_the_fault(node: &JoinedNode) -> anyhow::Result<String> {
+    let (_, machine_units) = node.machine_systemctl(
+        MACHINE,
+        "show -p Id -p MainPID -p NRestarts localdns.service containerd.service kubelet.service",
+    )?;
+    let nspawn = node.vm.run(&format!(
+        "systemctl show -p Id -p MainPID systemd-nspawn@{MACHINE}.service"
+    ))?;
+    Ok(format!("{}\n{}", machine_units.trim(), nspawn.trim()))
+}
+
+/// The guest script that writes [`FILL_NAMES`] names (`mf<i>-<pid>.memfill.test.`) for
+/// [`FILL_CLIENTS`] `dig -f` clients, runs them against the node listener until CoreDNS `$old` is
+/// gone, then waits as [`wait_both_answer`] with `t0` the moment it saw it gone; fails when the
+/// clients asked every name first.
+fn fill_until_gone(pid: u32) -> String {
+    format!(
+        r#"rm -f /tmp/memfill.*
+seq 0 {last} | awk '{{ print "mf" $1 "-{pid}.memfill.test." > ("/tmp/memfill." ($1 % {FILL_CLIENTS})) }}'
+alive() {{ [ -e "/proc/$old" ] && ! grep -q '^State:[[:space:]]*Z' "/proc/$old/status" 2>/dev/null; }}
+for f in /tmp/memfill.*; do
+	dig -f "$f" @{NODE_LISTENER} +tries=1 +time=5 +noall +answer >/dev/null 2>&1 &
+done
+while alive; do
+	if ! pgrep -f 'dig -f /tmp/memfill' >/dev/null; then
+		echo "the fill's {FILL_NAMES} names were all asked and CoreDNS $old still runs" >&2; exit 3
+	fi
+	sleep 0.02
+done
+t0=$(date +%s%N)
+pkill -f 'dig -f /tmp/memfill' || true
+rm -f /tmp/memfill.*
+{}"#,
+        wait_both_answer(),
+        last = FILL_NAMES - 1,
+    )
+}
+
+fn coredns_at_memory_max(node: &JoinedNode) -> anyhow::Result<()> {
+    let slice = localdns_slice_cgroup(node)?;
+    let supervisor = only_pid(node, "unbounded-local")?;
+    let coredns = active_coredns(node)?;
+    let units_before = units_outside_the_fault(node)?;
+    let ooms_before = cgroup_number(node, &format!("{slice}/memory.events"), Some("oom_kill"))?;
+    let (_, max_before) = node.machine_systemctl(MACHINE, "show -p MemoryMax --value localdns.slice")?;
+    let max_before = max_before.trim().to_string();
+    let current = cgroup_number(node, &format!("{slice}/memory.current"), None)?;
+    let limit = current + FILL_HEADROOM_MIB * 1024 * 1024;
+
+    let pid = std::process::id();
+    let names: Vec<String> = (0..FILL_NAMES)
+        .map(|i| format!("mf{i}-{pid}.memfill.test."))
+        .collect();
+    let addresses: Vec<Ipv4Addr> = (1..=FILL_ADDRESSES)
+        .map(|i| Ipv4Addr::new(10, 78, 0, i))
+        .collect();
+    for name in &names {
+        node.lab.dns().set_a(name, &addresses, 3600)?;
+    }
+    let set_limit = |value: &str| -> anyhow::Result<()> {
+        let (code, out) = node.machine_systemctl(
+            MACHINE,
+            &format!("set-property --runtime localdns.slice MemoryMax={value}"),
+        )?;
+        ensure!(
+            code == Some(0),
+            "setting localdns.slice's MemoryMax to {value}: {code:?} {out}"
+        );
+        Ok(())
+    };
+    set_limit(&limit.to_string())?;
+    let fault = (|| -> anyhow::Result<u64> {
+        let set = cgroup_number(node, &format!("{slice}/memory.max"), None)?;
+        ensure!(set == limit, "{slice}/memory.max is {set}, not the {limit} set");
+        let script = format!("set -eu\nold={coredns}\n{}", fill_until_gone(pid));
+        let out = node
+            .vm
+            .cmd(&script)
+            .timeout(Duration::from_secs(u64::from(RECOVERY_LIMIT_S) * 3))
+            .run()
+            .with_context(|| {
+                format!("filling CoreDNS {coredns}'s cache at MemoryMax={limit} (it used {current})")
+            })?;
+        out.stdout_text()
+            .trim()
+            .parse()
+            .with_context(|| format!("the wait printed {:?}", out.stdout_text()))
+    })();
+    set_limit(&max_before)?;
+    let ms = fault?;
+
+    let ooms = cgroup_number(node, &format!("{slice}/memory.events"), Some("oom_kill"))?;
+    ensure!(
+        ooms > ooms_before,
+        "CoreDNS {coredns} went away but localdns.slice's oom_kill count stayed {ooms_before}"
+    );
+    let kills = node
+        .vm
+        .run_unchecked("journalctl -k -o cat | grep -E 'Killed process [0-9]+ \\(' | tail -n 5")?
+        .stdout_text();
+    let after = active_coredns(node)?;
+    ensure!(after != coredns, "CoreDNS {coredns} still holds the listeners");
+    ensure!(
+        only_pid(node, "unbounded-local")? == supervisor,
+        "the supervisor {supervisor} did not survive CoreDNS's OOM kill inside localdns.slice"
+    );
+    let units_after = units_outside_the_fault(node)?;
+    ensure!(
+        units_after == units_before,
+        "the OOM kill inside localdns.slice reached other processes: before\n{units_before}\nafter\n{units_after}"
+    );
+    let restored = cgroup_number(node, &format!("{slice}/memory.max"), None)?;
+    ensure!(
+        restored.to_string() == max_before,
+        "localdns.slice's memory.max is {restored} after the fault, not {max_before} again"
+    );
+    node.block_on(wait_node_ready(
+        &node.client,
+        &node.deployed.name,
+        node.deadline(2),
+    ))?;
+    eprintln!(
+        "==> CoreDNS at MemoryMax={limit} (slice used {current}): OOM kills in localdns.slice {ooms_before} -> {ooms}, both listeners answered {ms} ms after CoreDNS {coredns} was gone; supervisor, localdns.service, containerd, kubelet and the machine untouched; the kernel's last kills:\n{kills}"
     );
     Ok(())
 }
