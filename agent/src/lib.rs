@@ -21,6 +21,7 @@ pub mod preflight;
 pub mod progress;
 pub mod render;
 pub mod service_account_token;
+pub mod sockets;
 pub mod start;
 pub mod supervisor;
 pub mod validate;

@@ -478,10 +478,13 @@ fn a_bridge_supervisor_shares_the_listeners_and_answers_while_the_first_stops() 
     let pid = Pid::from_raw(first.supervisor.0.id() as i32);
     kill(pid, Signal::SIGTERM).unwrap();
     let status = first.supervisor().wait().unwrap();
-    let bound = |flag: &str| agent::start::localdns_restart::bound_sockets(&listeners[0], flag).unwrap();
+    let held = || {
+        let bound = agent::sockets::bound_sockets().unwrap();
+        agent::sockets::held_on(&bound, listeners[0], agent::corefile::DNS_PORT)
+    };
     // Its CoreDNS went with it (the supervisor stops it; systemd would kill what is left).
     let stopped = Instant::now();
-    while (bound("-u"), bound("-t")) != (1, 1) {
+    while held() != (1, 1) {
         assert!(
             stopped.elapsed() < GIVE_UP,
             "the first CoreDNS's sockets stayed\n{}",

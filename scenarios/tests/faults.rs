@@ -11,6 +11,9 @@
 //!   listeners answer;
 //! * CoreDNS hung with SIGSTOP: three failed checks in a row and the supervisor (the same process)
 //!   kills it and the standby takes over; both listeners answer it;
+//! * an operator's `systemctl restart localdns`: the unit's own bridge (`localdns-bridge.service`,
+//!   started by its `ExecStop=`, stopped by its `ExecStartPost=`) answers meanwhile, and a `dig`
+//!   loop on both listeners throughout the restart gets every answer;
 //! * CoreDNS at its `MemoryMax`: `localdns.slice`'s limit lowered (at runtime) to what it uses plus
 //!   [`FILL_HEADROOM_MIB`], then CoreDNS's own cache filled with big answers until the kernel
 //!   OOM-kills the serving CoreDNS inside the slice; the supervisor (the same process) brings DNS
@@ -23,7 +26,8 @@ use std::time::Duration;
 use anyhow::{Context, bail, ensure};
 use harness::lab::DnsFailure;
 use scenarios::cluster::wait_node_ready;
-use scenarios::dns::{CLUSTER_LISTENER, NODE_LISTENER};
+use scenarios::dns::{CLUSTER_LISTENER, NODE_LISTENER, in_machine};
+use scenarios::listener_probe::ListenerProbe;
 use scenarios::metrics::scrape_from_lab;
 use scenarios::node::JoinedNode;
 
@@ -58,6 +62,7 @@ fn localdns_answers_again_after_crashes_hangs_and_an_upstream_outage() -> anyhow
         upstream_gone(node)?;
         supervisor_killed(node)?;
         coredns_hung(node)?;
+        operator_restart(node)?;
         coredns_at_memory_max(node)
     })
 }
@@ -476,6 +481,48 @@ fn coredns_at_memory_max(node: &JoinedNode) -> anyhow::Result<()> {
     ))?;
     eprintln!(
         "==> CoreDNS at MemoryMax={limit} (slice used {current}): OOM kills in localdns.slice {ooms_before} -> {ooms}, both listeners answered {ms} ms after CoreDNS {coredns} was gone; supervisor, localdns.service, containerd, kubelet and the machine untouched; the kernel's last kills:\n{kills}"
+    );
+    Ok(())
+}
+
+fn operator_restart(node: &JoinedNode) -> anyhow::Result<()> {
+    let since = node.vm.run("date +%s")?.trim().to_string();
+    let probe = ListenerProbe::start(&node.vm)?;
+    let started = std::time::Instant::now();
+    let (code, out) = node.machine_systemctl(MACHINE, "restart localdns.service")?;
+    let took = started.elapsed();
+    let probed = probe.finish(&node.vm)?;
+    ensure!(
+        code == Some(0),
+        "systemctl restart localdns.service: {code:?} {out}"
+    );
+    let journal = node
+        .vm
+        .run_unchecked(&in_machine(
+            MACHINE,
+            &format!("journalctl -u localdns.service --since @{since} -o cat --no-pager"),
+        ))?
+        .stdout_text();
+    for line in [
+        "localdns-bridge.service holds the listeners beside CoreDNS",
+        "the new CoreDNS holds the listeners; stopped localdns-bridge.service",
+    ] {
+        ensure!(
+            journal.contains(line),
+            "the restart's journal has no {line:?}:\n{journal}"
+        );
+    }
+    let (_, bridge) = node.machine_systemctl(MACHINE, "is-active localdns-bridge.service")?;
+    ensure!(
+        bridge.trim() == "inactive",
+        "localdns-bridge.service is {:?} after the restart, not inactive",
+        bridge.trim()
+    );
+    probed.ensure_every_lookup_answered("an operator's systemctl restart localdns")?;
+    eprintln!(
+        "==> systemctl restart localdns by hand ({:.1} s): bridged by the unit, {} lookups of both listeners meanwhile, all answered",
+        took.as_secs_f64(),
+        probed.lookups
     );
     Ok(())
 }

@@ -1,9 +1,13 @@
 //! The LocalDNS supervisor as installed in the machine: `start` copies the running agent binary to
 //! `/usr/local/libexec/unbounded-localdns-supervisor`, and the agent, started under that name,
 //! runs [`main`] (the same as the `unbounded-localdns-supervisor` binary). One file to deploy.
+//! With [`BEFORE_STOP`] or [`AFTER_START`] as its argument it bridges a restart of
+//! `localdns.service` instead (`supervisor::restart_bridge`; the unit's `ExecStop=` and
+//! `ExecStartPost=`).
 
 use std::process::ExitCode;
 
+use crate::supervisor::restart_bridge::{self, AFTER_START, BEFORE_STOP};
 use crate::supervisor::{Settings, supervise};
 
 /// The program name the supervisor is installed under.
@@ -32,6 +36,27 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let bridge = match std::env::args().nth(1).as_deref() {
+        None => None,
+        Some(BEFORE_STOP) => Some(restart_bridge::before_stop(&settings.listeners())),
+        Some(AFTER_START) => Some(restart_bridge::after_start(&settings.listeners())),
+        Some(other) => {
+            eprintln!("{PROGRAM}: unknown argument {other:?} (none, {BEFORE_STOP} or {AFTER_START})");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(outcome) = bridge {
+        return match outcome {
+            Ok(done) => {
+                eprintln!("{PROGRAM}: {done}");
+                ExitCode::SUCCESS
+            }
+            Err(err) => {
+                eprintln!("{PROGRAM}: bridging the restart of localdns.service: {err}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(err) => {

@@ -5,55 +5,13 @@ use std::net::Ipv4Addr;
 
 use crate::hostnet::LINK_NAME;
 use crate::hostnet::link::Netlink;
+pub use crate::sockets::{Bound, bound_sockets, parse_proc_net};
 
 use super::{Context, Finding, Severity};
 
 pub const NAME: &str = "localdns-listeners";
 /// The listeners' DNS port and CoreDNS's `ready` port on each.
 pub use crate::corefile::{DNS_PORT, READY_PORT};
-
-/// A socket bound on this host (from `/proc/net/{tcp,udp}` of the current network namespace).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Bound {
-    pub proto: &'static str,
-    pub ip: Ipv4Addr,
-    pub port: u16,
-}
-
-/// Parses `/proc/net/tcp` or `/proc/net/udp`: TCP sockets in LISTEN, UDP sockets that are bound.
-pub fn parse_proc_net(proto: &'static str, text: &str) -> Vec<Bound> {
-    text.lines()
-        .skip(1)
-        .filter_map(|line| {
-            let mut fields = line.split_whitespace();
-            let local = fields.nth(1)?;
-            let state = fields.nth(1)?;
-            // TCP_LISTEN is 0A; UDP sockets show 07 (TCP_CLOSE) when merely bound.
-            if proto == "tcp" && state != "0A" {
-                return None;
-            }
-            let (ip, port) = local.split_once(':')?;
-            // The kernel prints the network-order address as a host-order number.
-            let ip = Ipv4Addr::from(u32::from_str_radix(ip, 16).ok()?.to_ne_bytes());
-            Some(Bound {
-                proto,
-                ip,
-                port: u16::from_str_radix(port, 16).ok()?,
-            })
-        })
-        .collect()
-}
-
-fn bound_sockets() -> Result<Vec<Bound>, String> {
-    let mut all = Vec::new();
-    for proto in ["tcp", "udp"] {
-        // `thread-self`: `/proc/net` follows the main thread, which may be in another namespace.
-        let path = format!("/proc/thread-self/net/{proto}");
-        let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {path}: {e}"))?;
-        all.extend(parse_proc_net(proto, &text));
-    }
-    Ok(all)
-}
 
 pub fn run(ctx: &Context) -> Vec<Finding> {
     let Some(config) = ctx.valid_config() else {

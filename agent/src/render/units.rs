@@ -4,10 +4,11 @@
 use super::HEADER;
 use super::paths::{ENVIRONMENT, SUPERVISOR_BINARY};
 use crate::goal::LocalDnsGoal;
+use crate::supervisor::restart_bridge::{AFTER_START, BEFORE_STOP};
 
 /// How both LocalDNS services start and stop, and where and as whom they run (a dynamic user).
 const LIFETIME: &str = "TimeoutStartSec=90
-TimeoutStopSec=30
+TimeoutStopSec=60
 KillMode=mixed
 OOMPolicy=continue
 Slice=localdns.slice
@@ -41,6 +42,8 @@ LimitNOFILE=1048576
 /// `OOMPolicy=continue`: a CoreDNS OOM-killed at the slice's `MemoryMax` is the supervisor's to
 /// replace (the standby takes over), not a reason for systemd to stop the whole unit.
 /// `StartLimitIntervalSec=0`: a stuck start never wedges the unit.
+/// `ExecStop=` and `ExecStartPost=` bridge any restart of the unit with `localdns-bridge.service`
+/// (`supervisor::restart_bridge`): as root (`+`), never failing the unit (`-`).
 pub fn service() -> String {
     format!(
         "{HEADER}[Unit]
@@ -53,6 +56,8 @@ Type=notify
 NotifyAccess=all
 EnvironmentFile={ENVIRONMENT}
 ExecStart={SUPERVISOR_BINARY}
+ExecStartPost=-+{SUPERVISOR_BINARY} {AFTER_START}
+ExecStop=-+{SUPERVISOR_BINARY} {BEFORE_STOP}
 WatchdogSec=60
 Restart=on-failure
 RestartSec=2

@@ -6,22 +6,21 @@
 //! bridge, the bridge stops. A bridge that does not come up is stopped and the restart goes on
 //! without it, saying so (DNS is then down for the start of the new CoreDNS, as before); so does
 //! a restart onto listeners nothing holds yet (a config that moves them).
-//! An operator's own `systemctl restart localdns` has no bridge (docs/localdns.md).
+//! The unit bridges any other restart itself (an operator's `systemctl restart localdns`;
+//! `supervisor::restart_bridge`), and leaves a bridge the agent started to the agent.
 
 use std::net::Ipv4Addr;
-use std::process::Command;
 use std::time::Duration;
 
 use super::StartError;
 use super::node::{self, Waits};
-use crate::exec;
 use crate::machine::MachineRunner;
 use crate::machine::machinectl::{MachineError, poll};
 use crate::progress::Progress;
 use crate::validate::Config;
 
 /// The unit that bridges a restart (`render::units::bridge_service`).
-pub const BRIDGE_UNIT: &str = "localdns-bridge.service";
+pub use crate::supervisor::restart_bridge::BRIDGE_UNIT;
 /// How long the bridge's or the new CoreDNS's sockets are waited for, before the timeout scale.
 pub const BOUND_TIMEOUT: Duration = Duration::from_secs(30);
 const BOUND_POLL: Duration = Duration::from_millis(200);
@@ -90,48 +89,21 @@ fn stop_bridge(runner: &MachineRunner) -> Result<(), StartError> {
 }
 
 /// Waits until at least `sockets` UDP and `sockets` TCP listening sockets are bound to port 53 of
-/// each listener (the machine shares the host's network, so the host's `ss` sees them).
+/// each listener (the machine shares the host's network, so the host sees them).
 pub fn wait_bound(listeners: &[Ipv4Addr], sockets: usize, timeout: Duration) -> Result<(), MachineError> {
     poll(
         &format!("{sockets} CoreDNS sockets (UDP and TCP) on port 53 of {listeners:?}"),
         timeout,
         BOUND_POLL,
         || {
+            let bound = crate::sockets::bound_sockets()?;
             for ip in listeners {
-                for (proto, flag) in [("UDP", "-u"), ("TCP", "-t")] {
-                    let bound = bound_sockets(ip, flag)?;
-                    if bound < sockets {
-                        return Err(format!("{bound} {proto} socket(s) on {ip}:53"));
-                    }
+                let (udp, tcp) = crate::sockets::held_on(&bound, *ip, crate::corefile::DNS_PORT);
+                if udp < sockets || tcp < sockets {
+                    return Err(format!("{ip}:53 has {udp} UDP and {tcp} TCP socket(s)"));
                 }
             }
             Ok(Some(()))
         },
     )
-}
-
-/// How many listening sockets of protocol `flag` (`-u`, `-t`) are bound to `ip:53`.
-pub fn bound_sockets(ip: &Ipv4Addr, flag: &str) -> Result<usize, String> {
-    let out = exec::run(Command::new("ss").args(["-Hln", flag, "src", &format!("{ip}:53")]))
-        .map_err(|e| e.to_string())?;
-    Ok(count_sockets(&String::from_utf8_lossy(&out.stdout)))
-}
-
-/// The socket lines of `ss -H` output.
-fn count_sockets(ss: &str) -> usize {
-    ss.lines().filter(|l| !l.trim().is_empty()).count()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn each_line_of_ss_is_one_socket() {
-        let two = "UNCONN 0      0      169.254.10.10:53        0.0.0.0:*\n\
-                   UNCONN 0      0      169.254.10.10:53        0.0.0.0:*\n";
-        assert_eq!(count_sockets(two), 2);
-        assert_eq!(count_sockets(""), 0);
-        assert_eq!(count_sockets("\n"), 0);
-    }
 }

@@ -5,6 +5,7 @@ pub mod failures;
 pub mod notify;
 pub mod oom_score;
 pub mod probe;
+pub mod restart_bridge;
 pub mod run;
 pub mod settings;
 pub mod standby;
