@@ -88,7 +88,9 @@ pub fn kill_agent_in_any_or_see_it_finish(
         let pids = node.vm.run_unchecked(&format!("pgrep -f '^{agent} {args}'"))?;
         Ok(!pids.stdout_text().trim().is_empty())
     };
-    let deadline = Instant::now() + node.deadline(5);
+    // 20 min under TCG: a repave re-run after a kill in `preparing` unpacks the rootfs and
+    // installs everything again, and took over 10 min beside a second VM (2026-12-03).
+    let deadline = Instant::now() + node.deadline(10);
     loop {
         // Whether it still ran is read before the file, so a run that wrote the marker and then
         // ended is caught in the step, not taken for one that never reached it.

@@ -15,9 +15,11 @@
 //!   started by its `ExecStop=`, stopped by its `ExecStartPost=`) answers meanwhile, and a `dig`
 //!   loop on both listeners throughout the restart gets every answer;
 //! * CoreDNS at its `MemoryMax`: `localdns.slice`'s limit lowered (at runtime) to what it uses plus
-//!   [`FILL_HEADROOM_MIB`], then CoreDNS's own cache filled with big answers until the kernel
-//!   OOM-kills the serving CoreDNS inside the slice; the supervisor (the same process) brings DNS
-//!   back on both listeners, `localdns.service` is not restarted, containerd, kubelet and the
+//!   [`FILL_HEADROOM_MIB`], then CoreDNS's own cache filled with big answers until the serving
+//!   CoreDNS is gone — the kernel OOM-kills the idle standby first (`oom_score_adj` 1000), then the
+//!   serving CoreDNS is OOM-killed or, stalled by reclaim at the limit, fails its checks and the
+//!   supervisor kills it as hung; the supervisor (the same process) brings DNS back on both
+//!   listeners, `localdns.service` is not restarted, containerd, kubelet and the
 //!   machine keep their processes and the Node stays Ready; the limit is put back.
 
 use std::net::{Ipv4Addr, SocketAddr};
@@ -372,23 +374,27 @@ fn units_outside_the_fault(node: &JoinedNode) -> anyhow::Result<String> {
 /// The guest script that writes [`FILL_NAMES`] names (`mf<i>-<pid>.memfill.test.`) for
 /// [`FILL_CLIENTS`] `dig -f` clients, runs them against the node listener until CoreDNS `$old` is
 /// gone, then waits as [`wait_both_answer`] with `t0` the moment it saw it gone; fails when the
-/// clients asked every name first.
+/// clients asked every name first. The clients are known by pid (a `pkill -f` would match this
+/// script's own command line).
 fn fill_until_gone(pid: u32) -> String {
     format!(
         r#"rm -f /tmp/memfill.*
 seq 0 {last} | awk '{{ print "mf" $1 "-{pid}.memfill.test." > ("/tmp/memfill." ($1 % {FILL_CLIENTS})) }}'
-alive() {{ [ -e "/proc/$old" ] && ! grep -q '^State:[[:space:]]*Z' "/proc/$old/status" 2>/dev/null; }}
+live() {{ [ -e "/proc/$1" ] && ! grep -q '^State:[[:space:]]*Z' "/proc/$1/status" 2>/dev/null; }}
+clients=""
 for f in /tmp/memfill.*; do
 	dig -f "$f" @{NODE_LISTENER} +tries=1 +time=5 +noall +answer >/dev/null 2>&1 &
+	clients="$clients $!"
 done
-while alive; do
-	if ! pgrep -f 'dig -f /tmp/memfill' >/dev/null; then
+asking() {{ for c in $clients; do live "$c" && return 0; done; return 1; }}
+while live "$old"; do
+	if ! asking; then
 		echo "the fill's {FILL_NAMES} names were all asked and CoreDNS $old still runs" >&2; exit 3
 	fi
 	sleep 0.02
 done
 t0=$(date +%s%N)
-pkill -f 'dig -f /tmp/memfill' || true
+kill $clients 2>/dev/null || true
 rm -f /tmp/memfill.*
 {}"#,
         wait_both_answer(),
@@ -406,6 +412,7 @@ fn coredns_at_memory_max(node: &JoinedNode) -> anyhow::Result<()> {
     let max_before = max_before.trim().to_string();
     let current = cgroup_number(node, &format!("{slice}/memory.current"), None)?;
     let limit = current + FILL_HEADROOM_MIB * 1024 * 1024;
+    let since = node.vm.run("date +%s")?.trim().to_string();
 
     let pid = std::process::id();
     let names: Vec<String> = (0..FILL_NAMES)
@@ -458,6 +465,15 @@ fn coredns_at_memory_max(node: &JoinedNode) -> anyhow::Result<()> {
         .vm
         .run_unchecked("journalctl -k -o cat | grep -E 'Killed process [0-9]+ \\(' | tail -n 5")?
         .stdout_text();
+    let supervisor_said = node
+        .vm
+        .run_unchecked(&in_machine(
+            MACHINE,
+            &format!(
+                "sh -c \"journalctl -u localdns.service --since @{since} -o cat --no-pager | grep -E 'hung|exited|healthy again|killed by the OOM' | cut -c1-220\""
+            ),
+        ))?
+        .stdout_text();
     let after = active_coredns(node)?;
     ensure!(after != coredns, "CoreDNS {coredns} still holds the listeners");
     ensure!(
@@ -480,7 +496,7 @@ fn coredns_at_memory_max(node: &JoinedNode) -> anyhow::Result<()> {
         node.deadline(2),
     ))?;
     eprintln!(
-        "==> CoreDNS at MemoryMax={limit} (slice used {current}): OOM kills in localdns.slice {ooms_before} -> {ooms}, both listeners answered {ms} ms after CoreDNS {coredns} was gone; supervisor, localdns.service, containerd, kubelet and the machine untouched; the kernel's last kills:\n{kills}"
+        "==> CoreDNS at MemoryMax={limit} (slice used {current}): OOM kills in localdns.slice {ooms_before} -> {ooms}, both listeners answered {ms} ms after CoreDNS {coredns} was gone; supervisor, localdns.service, containerd, kubelet and the machine untouched; the kernel's last kills:\n{kills}the supervisor's journal meanwhile:\n{supervisor_said}"
     );
     Ok(())
 }
