@@ -150,11 +150,13 @@ pub fn before_stop(listeners: &[Ipv4Addr]) -> Result<String, BridgeError> {
         BeforeStop::AlreadyBridged => Ok(format!("{BRIDGE_UNIT} runs already")),
         BeforeStop::NothingHeld(ip) => Ok(format!("nothing holds {ip}:53 yet: no bridge")),
         BeforeStop::Bridge => {
-            exec::run(Command::new("systemctl").args(["start", BRIDGE_UNIT]))?;
+            // The marker first: a bridge whose start outlasts `TimeoutStopSec=` (systemd then
+            // kills this command and the restart goes on) is still stopped by `after_start`.
             std::fs::write(MARKER, b"").map_err(|source| BridgeError::Marker {
                 action: "writing",
                 source,
             })?;
+            exec::run(Command::new("systemctl").args(["start", BRIDGE_UNIT]))?;
             let started = Instant::now();
             wait_held(listeners, 2, BOUND_TIMEOUT)?;
             Ok(format!(
@@ -171,7 +173,12 @@ pub fn after_start(listeners: &[Ipv4Addr]) -> Result<String, BridgeError> {
     if !Path::new(MARKER).exists() {
         return Ok("no bridge of this unit's to stop".into());
     }
-    let held = wait_held(listeners, 2, BOUND_TIMEOUT);
+    // A bridge that never came up is not waited for; `stop` also cancels a start still queued.
+    let held = if is_active(BRIDGE_UNIT)? {
+        wait_held(listeners, 2, BOUND_TIMEOUT)
+    } else {
+        Ok(())
+    };
     exec::run(Command::new("systemctl").args(["stop", BRIDGE_UNIT]))?;
     std::fs::remove_file(MARKER).map_err(|source| BridgeError::Marker {
         action: "removing",
