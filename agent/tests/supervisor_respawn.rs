@@ -176,21 +176,38 @@ impl Supervised {
             .is_some_and(|text| text.starts_with(PLACEHOLDER))
     }
 
-    /// The supervisor's active CoreDNS: its one child that is not the standby.
+    /// Whether child `pid` runs CoreDNS already: a child the supervisor just forked shows the
+    /// supervisor's command line until it execs.
+    fn runs_coredns(pid: i32) -> bool {
+        std::fs::read(format!("/proc/{pid}/cmdline"))
+            .unwrap_or_default()
+            .split(|b| *b == 0)
+            .any(|a| a == b"-conf")
+    }
+
+    /// The supervisor's active CoreDNS: its one child running CoreDNS that is not the standby
+    /// (asked again for up to 5 s while a child just forked has not exec'd yet).
     fn coredns_pid(&self) -> i32 {
-        let active: Vec<i32> = self
-            .children()
-            .into_iter()
-            .filter(|p| !Self::is_standby(*p))
-            .collect();
-        assert_eq!(
-            active.len(),
-            1,
-            "the supervisor's active CoreDNS children: {active:?} (all: {:?})\n{}",
-            self.children(),
-            self.log()
-        );
-        active[0]
+        let started = Instant::now();
+        loop {
+            let active: Vec<i32> = self
+                .children()
+                .into_iter()
+                .filter(|p| !Self::is_standby(*p))
+                .collect();
+            if let [one] = active.as_slice() {
+                return *one;
+            }
+            let settling = active.iter().any(|p| !Self::runs_coredns(*p));
+            if !settling || started.elapsed() > Duration::from_secs(5) {
+                panic!(
+                    "the supervisor's active CoreDNS children: {active:?} (all: {:?})\n{}",
+                    self.children(),
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// The supervisor's standby CoreDNS.

@@ -58,8 +58,8 @@ pub enum OfflineError {
         output: String,
     },
     #[error(
-        "VM {vm} is not cut off from the artifact server (expected curl's exit status 7 with \
-         \"No route to host\" and the lab's reject rule counting it): {report}"
+        "VM {vm} is not cut off from the artifact server (expected curl's exit status 7, \
+         \"could not connect\", and the lab's reject rule counting it): {report}"
     )]
     StillRoutes { vm: String, report: String },
     #[error(
@@ -232,8 +232,8 @@ pub struct NoRoute {
     pub rejected_after_probe: u64,
 }
 
-/// From inside `vm`: a connect to the artifact server fails with "No route to host" (and the
-/// lab's reject rule's counter moved), while the API server on the same address answers (the
+/// From inside `vm`: a connect to the artifact server fails (curl's exit 7, "No route to host"
+/// as a rule) and the lab's reject rule's counter moved, while the API server on the same address answers (the
 /// positive control).
 pub fn prove_no_route(lab: &Lab, vm: &Vm) -> Result<NoRoute, OfflineError> {
     let bridge = lab.addrs().bridge_ip();
@@ -248,7 +248,9 @@ pub fn prove_no_route(lab: &Lab, vm: &Vm) -> Result<NoRoute, OfflineError> {
     let rules = lab
         .artifact_server_block_rules()
         .unwrap_or_else(|e| format!("(nft list failed: {e})"));
-    let refused = out.status == crate::vm::ExitKind::Code(7) && output.contains("No route to host");
+    // curl's exit 7 is "could not connect"; its words vary ("No route to host", or only "Could
+    // not connect to server" when curl lost the errno), so the reject rule's counter is the proof.
+    let refused = out.status == crate::vm::ExitKind::Code(7);
     let after = crate::lab::offline::rejected_packets(&rules);
     let counted = matches!((before, after), (Some(b), Some(a)) if a > b);
     if !refused || !counted {
@@ -280,6 +282,7 @@ pub fn prove_no_route(lab: &Lab, vm: &Vm) -> Result<NoRoute, OfflineError> {
     let line = output
         .lines()
         .find(|l| l.contains("No route to host"))
+        .or_else(|| output.lines().find(|l| l.contains("Failed to connect")))
         .unwrap_or_default()
         .trim()
         .to_string();
