@@ -137,7 +137,7 @@ fn node_pid_of(node: &JoinedNode, machine_pid: &str) -> anyhow::Result<Option<St
 fn until_standby_ready(node: &JoinedNode, not: &str) -> anyhow::Result<String> {
     let started = std::time::Instant::now();
     loop {
-        let (_, status) = node.machine_systemctl("kube1", "show -p StatusText --value localdns.service")?;
+        let (_, status) = node.machine_systemctl(MACHINE, "show -p StatusText --value localdns.service")?;
         let machine_pid = status
             .split("standby CoreDNS ")
             .nth(1)
