@@ -66,8 +66,10 @@ if ((${#missing[@]})); then
 fi
 
 if ! cargo nextest --version 2>/dev/null | grep -q "cargo-nextest $NEXTEST_VERSION"; then
-  echo "==> installing cargo-nextest $NEXTEST_VERSION"
-  cargo install --locked "cargo-nextest@$NEXTEST_VERSION"
+  # An unoptimised build without debug info: ~5 minutes on 2 cores (7.4 CPU-minutes) where the
+  # release build took 10-13 (docs/perf.md, CI budget); a test runner spends its time waiting.
+  echo "==> installing cargo-nextest $NEXTEST_VERSION (a debug build, ~5 min on 2 cores)"
+  CARGO_PROFILE_DEV_DEBUG=false cargo install --locked --debug "cargo-nextest@$NEXTEST_VERSION"
 fi
 
 # actionlint, for the test that lints .github/workflows/ (built from its Go module).
