@@ -28,7 +28,7 @@ use std::time::Duration;
 use anyhow::{Context, bail, ensure};
 use harness::lab::DnsFailure;
 use scenarios::cluster::wait_node_ready;
-use scenarios::dns::{CLUSTER_LISTENER, NODE_LISTENER, in_machine};
+use scenarios::dns::{CLUSTER_LISTENER, NODE_LISTENER, in_machine, proc_net_tcp_local};
 use scenarios::listener_probe::ListenerProbe;
 use scenarios::metrics::scrape_from_lab;
 use scenarios::node::JoinedNode;
@@ -71,8 +71,14 @@ fn localdns_answers_again_after_crashes_hangs_and_an_upstream_outage() -> anyhow
 
 /// The guest script that waits, counting from `$t0` (ns), until the CoreDNS with pid `$old` is
 /// gone (no process, or a zombie), then until both listeners answer [`HEALTH_NAME`] over TCP, and
-/// prints the milliseconds it took; fails after [`RECOVERY_LIMIT_S`].
+/// prints the milliseconds it took; fails after [`RECOVERY_LIMIT_S`]. Until both listeners have a
+/// listening TCP socket again it only reads `/proc/net/tcp`: a `dig` every few milliseconds would
+/// take the emulated CPU (one host thread under TCG) the takeover itself needs.
 fn wait_both_answer() -> String {
+    let (node, cluster) = (
+        proc_net_tcp_local(NODE_LISTENER, 53),
+        proc_net_tcp_local(CLUSTER_LISTENER, 53),
+    );
     format!(
         r#"late() {{
 	if [ $(( ($(date +%s%N) - t0) / 1000000000 )) -ge {RECOVERY_LIMIT_S} ]; then
@@ -82,6 +88,10 @@ fn wait_both_answer() -> String {
 }}
 while [ -e "/proc/$old" ] && ! grep -q '^State:[[:space:]]*Z' "/proc/$old/status" 2>/dev/null; do
 	late "CoreDNS $old did not go away"
+done
+listening() {{ grep -q ": $1 00000000:0000 0A " /proc/net/tcp; }}
+until listening {node} && listening {cluster}; do
+	late "nothing listened on TCP port 53 of both listeners"
 done
 answers() {{ dig +tcp +time=1 +tries=1 @"$1" {HEALTH_NAME} +noall +comments 2>/dev/null | grep -q 'status: NOERROR'; }}
 until answers {NODE_LISTENER} && answers {CLUSTER_LISTENER}; do
