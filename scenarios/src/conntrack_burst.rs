@@ -106,7 +106,9 @@ pub fn listener_queries_leave_no_conntrack_entries(node: &JoinedNode) -> anyhow:
 
     eprintln!("==> two pods query the listeners {BURST} times each; reading conntrack meanwhile");
     let done = Cell::new(false);
-    let timeout = node.deadline(5);
+    // 200 lookups per pod take 3-6 minutes under TCG; beside two other VMs the ClusterFirst pod
+    // was still running after 10 (2026-12-03), so 20 (a deadline, not a timed check).
+    let timeout = node.deadline(10);
     let pods = async {
         let both = tokio::join!(
             run_pod(&node.client, "default", &a, timeout),
