@@ -72,8 +72,8 @@ fn localdns_answers_again_after_crashes_hangs_and_an_upstream_outage() -> anyhow
 /// The guest script that waits, counting from `$t0` (ns), until the CoreDNS with pid `$old` is
 /// gone (no process, or a zombie), then until both listeners answer [`HEALTH_NAME`] over TCP, and
 /// prints the milliseconds it took; fails after [`RECOVERY_LIMIT_S`]. Until both listeners have a
-/// listening TCP socket again it only reads `/proc/net/tcp`: a `dig` every few milliseconds would
-/// take the emulated CPU (one host thread under TCG) the takeover itself needs.
+/// listening TCP socket again it only reads `/proc/net/tcp`, so the probe takes little of the
+/// emulated CPU (one host thread under TCG) the takeover runs on.
 fn wait_both_answer() -> String {
     let (node, cluster) = (
         proc_net_tcp_local(NODE_LISTENER, 53),
