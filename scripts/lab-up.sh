@@ -18,7 +18,7 @@ stage "setup"
 scripts/setup.sh
 
 stage "build (debug, shared with the tests)"
-cargo build --workspace --locked
+build_workspace
 
 stage "images and artifacts"
 "$CARGO_TARGET_DIR/debug/harness" images build

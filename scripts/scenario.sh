@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs end-to-end scenarios with the caches everything else uses: builds the agent (the binary
-# the harness deploys into the VM, so it is never stale) and the scenario tests, then runs
+# Runs end-to-end scenarios with the caches everything else uses: builds the workspace as the
+# tests do (the agent binary the harness deploys into the VM, so it is never stale and its
+# checkpoints are the ones scripts/test.sh builds and resumes, and the scenario tests), then runs
 # `cargo nextest run -p scenarios` with the arguments given. Needs root, the images
 # (`harness images build`, or scripts/lab-up.sh / scripts/test.sh once) and cargo-nextest
 # (scripts/setup.sh). Examples:
@@ -18,7 +19,6 @@ if [[ $# -eq 0 ]]; then
   echo "       the scenario test binaries: ${names[*]%.rs}" >&2
   exit 2
 fi
-echo "==> building the agent and the scenarios (target $CARGO_TARGET_DIR)"
-cargo build --locked -p agent --bins
-cargo build --locked -p scenarios --tests
+echo "==> building the workspace as the tests do (target $CARGO_TARGET_DIR)"
+build_workspace
 exec cargo nextest run --locked -p scenarios --no-capture "$@"

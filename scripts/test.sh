@@ -49,7 +49,7 @@ fi
 
 if [[ "$mode" == all || "$mode" == archive ]]; then
   stage "build"
-  cargo build --workspace --all-targets --locked
+  build_workspace
 fi
 
 if [[ "$mode" == run ]]; then

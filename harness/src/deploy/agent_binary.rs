@@ -28,20 +28,21 @@ pub fn ensure_fresh(binary: &Path, repo: &Path) -> Result<(), DeployError> {
     }
 }
 
-/// The command that (re)builds `binary`: `cargo build -p agent --bins`, with its target
-/// directory when it is not the repository's `target/`.
+/// The command that (re)builds `binary` the way the project's scripts do (the whole workspace,
+/// every target: the agent binary, and so its checkpoint key, depends on what cargo builds
+/// together), with its target directory when it is not the repository's `target/`.
 pub fn build_command(binary: &Path, repo: &Path) -> String {
     let target = binary.parent().and_then(Path::parent);
     match target {
         Some(target) if target != repo.join("target") => {
-            format!(
-                "CARGO_TARGET_DIR={} cargo build -p agent --bins",
-                target.display()
-            )
+            format!("CARGO_TARGET_DIR={} {BUILD}", target.display())
         }
-        _ => "cargo build -p agent --bins".to_owned(),
+        _ => BUILD.to_owned(),
     }
 }
+
+/// `build_workspace` of `scripts/env.sh`.
+const BUILD: &str = "cargo build --workspace --all-targets --locked";
 
 /// The most recently modified file of the agent's sources under `repo`, with its time.
 pub fn newest_source(repo: &Path) -> Option<(PathBuf, SystemTime)> {
@@ -127,7 +128,7 @@ mod tests {
             binary.display().to_string(),
             changed.display().to_string(),
             format!(
-                "`CARGO_TARGET_DIR={} cargo build -p agent --bins`",
+                "`CARGO_TARGET_DIR={} cargo build --workspace --all-targets --locked`",
                 target.display()
             ),
             "scripts/scenario.sh".to_owned(),
@@ -153,7 +154,8 @@ mod tests {
         fs::remove_file(&binary).unwrap();
         let text = ensure_fresh(&binary, &repo).unwrap_err().to_string();
         assert!(
-            text.contains(&binary.display().to_string()) && text.contains("cargo build -p agent --bins`"),
+            text.contains(&binary.display().to_string())
+                && text.contains("cargo build --workspace --all-targets --locked`"),
             "{text}"
         );
     }
@@ -163,7 +165,7 @@ mod tests {
         let repo = Path::new("/src/repo");
         assert_eq!(
             build_command(&repo.join("target/debug/unbounded-agent"), repo),
-            "cargo build -p agent --bins"
+            "cargo build --workspace --all-targets --locked"
         );
     }
 
