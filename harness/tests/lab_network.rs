@@ -45,6 +45,11 @@ fn lab_comes_up_with_its_bridge_address_inside_its_own_namespace() {
         addr.contains("192.168.100.2/24"),
         "no second upstream DNS address: {addr}"
     );
+    let link = run_in(&lab, &["ip", "-o", "link", "show", &format!("labbr{n}")]);
+    assert!(
+        link.contains(&format!("link/ether {} ", lab.addrs().bridge_mac())),
+        "the bridge does not have every lab's MAC: {link}"
+    );
     let lo = run_in(&lab, &["ip", "-o", "link", "show", "lo"]);
     assert!(lo.contains("UP"), "lo is not up: {lo}");
     assert!(
@@ -56,6 +61,11 @@ fn lab_comes_up_with_its_bridge_address_inside_its_own_namespace() {
     assert_eq!(nic.ip, Ipv4Addr::new(192, 168, 100, 10));
     let tap = run_in(&lab, &["ip", "-o", "link", "show", &nic.tap]);
     assert!(tap.contains(&format!("master labbr{n}")), "{tap}");
+    let link = run_in(&lab, &["ip", "-o", "link", "show", &format!("labbr{n}")]);
+    assert!(
+        link.contains(&format!("link/ether {} ", lab.addrs().bridge_mac())),
+        "the bridge took the tap's MAC: {link}"
+    );
     lab.shutdown().unwrap();
 }
 

@@ -6,7 +6,7 @@
 //! | what                 | value                          |
 //! |----------------------|--------------------------------|
 //! | network namespace    | `lab-<n>`                      |
-//! | bridge               | `labbr<n>`, `192.168.100.1/24` |
+//! | bridge               | `labbr<n>`, `192.168.100.1/24`, MAC `02:6c:61:62:00:01` |
 //! | upstream DNS         | `192.168.100.1:53` (UDP and TCP) |
 //! | second upstream DNS  | `192.168.100.2:53`, the same server (tests moving a VM's resolver) |
 //! | artifact HTTP server | `192.168.100.1:8080`           |
@@ -66,6 +66,14 @@ impl LabAddrs {
     /// The bridge's address, where every lab service listens: `192.168.100.1` in every lab.
     pub fn bridge_ip(&self) -> Ipv4Addr {
         Ipv4Addr::new(192, 168, SUBNET_OCTET, 1)
+    }
+
+    /// The bridge's MAC, `02:6c:61:62:00:01` (locally administered, "lab") in every lab: a
+    /// resumed guest's neighbour entry for its gateway stays right. With the kernel's choice (the
+    /// first tap's random MAC) a checkpoint's guest sent to the saved lab's MAC until that entry
+    /// expired, up to ~55 s of a kubelet reaching nothing after a resume.
+    pub fn bridge_mac(&self) -> &'static str {
+        "02:6c:61:62:00:01"
     }
 
     /// The upstream DNS server the VMs use.
@@ -133,8 +141,13 @@ mod tests {
         let other = LabAddrs::new(1).unwrap();
         assert_ne!(other.netns(), lab.netns());
         assert_eq!(
-            (other.bridge_ip(), other.vm_ip(2), other.vm_mac(2)),
-            (lab.bridge_ip(), lab.vm_ip(2), lab.vm_mac(2)),
+            (
+                other.bridge_ip(),
+                other.bridge_mac(),
+                other.vm_ip(2),
+                other.vm_mac(2)
+            ),
+            (lab.bridge_ip(), lab.bridge_mac(), lab.vm_ip(2), lab.vm_mac(2)),
             "a VM sees the same addresses in every lab"
         );
     }

@@ -46,14 +46,17 @@ fn ip(args: &[&str]) -> Result<(), LabError> {
 }
 
 /// Creates namespace `lab-<n>` with `lo` up and bridge `labbr<n>` at `192.168.100.1/24` (and
-/// `192.168.100.2/24`, the second upstream DNS address).
+/// `192.168.100.2/24`, the second upstream DNS address) with the MAC every lab's bridge has.
 pub fn create(addrs: &LabAddrs) -> Result<(), LabError> {
     let ns = addrs.netns();
     let bridge = addrs.bridge();
     let cidr = format!("{}/{}", addrs.bridge_ip(), PREFIX_LEN);
     ip(&["netns", "add", &ns])?;
     ip(&["-n", &ns, "link", "set", "lo", "up"])?;
-    ip(&["-n", &ns, "link", "add", &bridge, "type", "bridge"])?;
+    let mac = addrs.bridge_mac();
+    ip(&[
+        "-n", &ns, "link", "add", &bridge, "address", mac, "type", "bridge",
+    ])?;
     ip(&["-n", &ns, "addr", "add", &cidr, "dev", &bridge])?;
     let second = format!("{}/{}", addrs.second_dns_ip(), PREFIX_LEN);
     ip(&["-n", &ns, "addr", "add", &second, "dev", &bridge])?;

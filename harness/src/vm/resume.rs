@@ -1,7 +1,8 @@
 //! What a VM resumed from a saved state needs once QEMU has loaded it: the guest still has the
 //! saved boot's clock, address and MAC. One guest command ([`setup_argv`]) sets the clock
 //! from the host (roughly: starting the first process after a resume takes a second or two;
-//! `guest-set-time` then sets it precisely), gives the NIC the VM's MAC, rewrites `/run/systemd/network/10-lab.network`
+//! `guest-set-time` then sets it precisely), gives the NIC the VM's MAC, forgets the saved
+//! neighbours (a state saved before the lab's bridge had a fixed MAC holds another lab's), rewrites `/run/systemd/network/10-lab.network`
 //! and `/etc/resolv.conf` as `lab-net.service` would from `lab.ip= lab.gw= lab.dns=` (each only
 //! when it differs: a resumed joined node keeps its resolver's search and options), has
 //! networkd apply them, waits for the address and default route, mounts the 9p share when the VM has one,
@@ -76,6 +77,8 @@ if [ -z "$dev" ]; then echo "lab resume: no en* network interface" >&2; exit 1; 
 if [ "$(cat "/sys/class/net/$dev/address")" != "$mac" ]; then
 	ip link set dev "$dev" address "$mac"
 fi
+# The saved neighbour entries name the saved lab's MACs: asked again at the next packet.
+ip neigh flush dev "$dev"
 file=/run/systemd/network/10-lab.network
 new=$(printf '%s\n' "# Written by the lab harness after resuming from a saved state." "[Match]" "Name=en*" "" \
 	"[Network]" "LinkLocalAddressing=no" "IPv6AcceptRA=no" "Gateway=$gw" "DNS=$dns" "" \
