@@ -62,7 +62,10 @@ fn macro_for(name: &str, doc: &str, configs: &[&NodeConfigFile]) -> String {
 }
 
 fn main() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../node-configs");
+    // Read when the script runs, not when it was compiled: cargo reuses a compiled build script
+    // for another checkout of the same commit sharing the target directory.
+    let manifest = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
+    let dir = Path::new(&manifest).join("../node-configs");
     // The directory's own change time covers added and removed files; each file its contents.
     println!("cargo::rerun-if-changed={}", dir.display());
     let mut paths: Vec<_> = std::fs::read_dir(&dir)
