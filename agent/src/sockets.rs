@@ -59,10 +59,60 @@ pub fn held_on(bound: &[Bound], ip: Ipv4Addr, port: u16) -> (usize, usize) {
     (count("udp"), count("tcp"))
 }
 
+/// Each of `listeners` holding fewer than `wanted` UDP or `wanted` TCP sockets on `port`, described
+/// (`169.254.10.10:53 has 1 UDP and 0 TCP socket(s)`); empty when every listener holds enough.
+pub fn short_of(bound: &[Bound], listeners: &[Ipv4Addr], port: u16, wanted: usize) -> Vec<String> {
+    listeners
+        .iter()
+        .filter_map(|ip| {
+            let (udp, tcp) = held_on(bound, *ip, port);
+            (udp < wanted || tcp < wanted)
+                .then(|| format!("{ip}:{port} has {udp} UDP and {tcp} TCP socket(s)"))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::net::{TcpListener, UdpSocket};
+
+    #[test]
+    fn listeners_short_of_sockets_are_named_with_what_they_hold() {
+        let a = Ipv4Addr::new(169, 254, 10, 10);
+        let b = Ipv4Addr::new(169, 254, 10, 11);
+        let bound = [
+            Bound {
+                proto: "udp",
+                ip: a,
+                port: 53,
+            },
+            Bound {
+                proto: "tcp",
+                ip: a,
+                port: 53,
+            },
+            Bound {
+                proto: "udp",
+                ip: b,
+                port: 53,
+            },
+            Bound {
+                proto: "tcp",
+                ip: b,
+                port: 8181,
+            },
+        ];
+        assert_eq!(short_of(&bound, &[a], 53, 1), Vec::<String>::new());
+        assert_eq!(
+            short_of(&bound, &[a, b], 53, 1),
+            ["169.254.10.11:53 has 1 UDP and 0 TCP socket(s)"]
+        );
+        assert_eq!(
+            short_of(&bound, &[a], 53, 2),
+            ["169.254.10.10:53 has 1 UDP and 1 TCP socket(s)"]
+        );
+    }
 
     #[test]
     fn sockets_this_process_binds_are_counted_per_protocol_on_their_address_and_port() {

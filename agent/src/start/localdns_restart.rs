@@ -97,11 +97,9 @@ pub fn wait_bound(listeners: &[Ipv4Addr], sockets: usize, timeout: Duration) -> 
         BOUND_POLL,
         || {
             let bound = crate::sockets::bound_sockets()?;
-            for ip in listeners {
-                let (udp, tcp) = crate::sockets::held_on(&bound, *ip, crate::corefile::DNS_PORT);
-                if udp < sockets || tcp < sockets {
-                    return Err(format!("{ip}:53 has {udp} UDP and {tcp} TCP socket(s)"));
-                }
+            let short = crate::sockets::short_of(&bound, listeners, crate::corefile::DNS_PORT, sockets);
+            if !short.is_empty() {
+                return Err(short.join(", "));
             }
             Ok(Some(()))
         },

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use crate::corefile::DNS_PORT;
 use crate::exec::{self, CommandFailed};
-use crate::sockets::{bound_sockets, held_on};
+use crate::sockets::{bound_sockets, held_on, short_of};
 
 /// The supervisor's argument in `localdns.service`'s `ExecStop=`: bridge the restart this stop begins.
 pub const BEFORE_STOP: &str = "bridge-before-stop";
@@ -119,12 +119,8 @@ fn held_now(listeners: &[Ipv4Addr]) -> Result<Vec<Held>, BridgeError> {
 pub fn wait_held(listeners: &[Ipv4Addr], wanted: usize, timeout: Duration) -> Result<(), BridgeError> {
     let started = Instant::now();
     loop {
-        let held = held_now(listeners)?;
-        let short: Vec<String> = held
-            .iter()
-            .filter(|(_, (udp, tcp))| *udp < wanted || *tcp < wanted)
-            .map(|(ip, (udp, tcp))| format!("{ip}:53 has {udp} UDP and {tcp} TCP"))
-            .collect();
+        let bound = bound_sockets().map_err(BridgeError::Sockets)?;
+        let short = short_of(&bound, listeners, DNS_PORT, wanted);
         if short.is_empty() {
             return Ok(());
         }
