@@ -326,35 +326,9 @@ pub fn machine_resolv_conf(vm: &Vm, machine: &str) -> anyhow::Result<String> {
         .with_context(|| format!("reading /etc/resolv.conf inside machine {machine}"))
 }
 
-/// How a line of `/proc/net/tcp` names the local address `ip:port` (the kernel's hex, the
-/// address's bytes as a little-endian number), e.g. `0A0AFEA9:0035` for the node listener's
-/// port 53. A guest script greps `": <this> 00000000:0000 0A "` to see a socket listening there.
-pub fn proc_net_tcp_local(ip: Ipv4Addr, port: u16) -> String {
-    format!("{:08X}:{port:04X}", u32::from_le_bytes(ip.octets()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_listening_socket_shows_in_proc_net_tcp_as_proc_net_tcp_local_names_it() {
-        assert_eq!(proc_net_tcp_local(NODE_LISTENER, 53), "0A0AFEA9:0035");
-        let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let table = std::fs::read_to_string("/proc/thread-self/net/tcp").unwrap();
-        let line = format!(
-            ": {} 00000000:0000 0A ",
-            proc_net_tcp_local(Ipv4Addr::LOCALHOST, port)
-        );
-        assert!(table.contains(&line), "no {line:?} in /proc/net/tcp:\n{table}");
-        drop(listener);
-        let table = std::fs::read_to_string("/proc/thread-self/net/tcp").unwrap();
-        assert!(
-            !table.contains(&line),
-            "{line:?} still listed after the socket closed"
-        );
-    }
 
     const FOUND: &str = "Server:\t\t169.254.10.11\nAddress:\t169.254.10.11:53\n\n\
                          Name:\tkubernetes.default.svc.cluster.local\nAddress: 10.96.0.1\n\n";

@@ -21,6 +21,7 @@ pub mod listener_probe;
 pub mod metrics;
 pub mod node;
 pub mod pod_dns;
+pub mod recovery_wait;
 pub mod resume;
 
 use std::path::{Path, PathBuf};

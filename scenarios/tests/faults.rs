@@ -28,15 +28,14 @@ use std::time::Duration;
 use anyhow::{Context, bail, ensure};
 use harness::lab::DnsFailure;
 use scenarios::cluster::wait_node_ready;
-use scenarios::dns::{CLUSTER_LISTENER, NODE_LISTENER, in_machine, proc_net_tcp_local};
+use scenarios::dns::{NODE_LISTENER, in_machine};
 use scenarios::listener_probe::ListenerProbe;
 use scenarios::metrics::scrape_from_lab;
 use scenarios::node::JoinedNode;
+use scenarios::recovery_wait::{NOW_NS, wait_both_answer};
 
 /// SIGKILLs of CoreDNS.
 const KILLS: usize = 20;
-/// The name both listeners answer themselves (the supervisor's health check).
-const HEALTH_NAME: &str = agent::corefile::HEALTH_NAME;
 /// CoreDNS's metrics port on the node IP.
 const METRICS_PORT: u16 = 9253;
 /// When a TTL-1 answer cached by CoreDNS is stale: past the cache's 5 s minimum TTL.
@@ -67,38 +66,6 @@ fn localdns_answers_again_after_crashes_hangs_and_an_upstream_outage() -> anyhow
         operator_restart(node)?;
         coredns_at_memory_max(node)
     })
-}
-
-/// The guest script that waits, counting from `$t0` (ns), until the CoreDNS with pid `$old` is
-/// gone (no process, or a zombie), then until both listeners answer [`HEALTH_NAME`] over TCP, and
-/// prints the milliseconds it took; fails after [`RECOVERY_LIMIT_S`]. Until both listeners have a
-/// listening TCP socket again it only reads `/proc/net/tcp`, so the probe takes little of the
-/// emulated CPU (one host thread under TCG) the takeover runs on.
-fn wait_both_answer() -> String {
-    let (node, cluster) = (
-        proc_net_tcp_local(NODE_LISTENER, 53),
-        proc_net_tcp_local(CLUSTER_LISTENER, 53),
-    );
-    format!(
-        r#"late() {{
-	if [ $(( ($(date +%s%N) - t0) / 1000000000 )) -ge {RECOVERY_LIMIT_S} ]; then
-		echo "$1 within {RECOVERY_LIMIT_S} s" >&2; exit 1
-	fi
-	sleep 0.02
-}}
-while [ -e "/proc/$old" ] && ! grep -q '^State:[[:space:]]*Z' "/proc/$old/status" 2>/dev/null; do
-	late "CoreDNS $old did not go away"
-done
-listening() {{ grep -q ": $1 00000000:0000 0A " /proc/net/tcp; }}
-until listening {node} && listening {cluster}; do
-	late "nothing listened on TCP port 53 of both listeners"
-done
-answers() {{ dig +tcp +time=1 +tries=1 @"$1" {HEALTH_NAME} +noall +comments 2>/dev/null | grep -q 'status: NOERROR'; }}
-until answers {NODE_LISTENER} && answers {CLUSTER_LISTENER}; do
-	late "the listeners did not answer"
-done
-echo $(( ($(date +%s%N) - t0) / 1000000 ))"#
-    )
 }
 
 /// The one process named `name` on the node (its pid); fails naming what it found otherwise.
@@ -178,12 +145,12 @@ fn fault_then_recovery(
     coredns_before: &str,
 ) -> anyhow::Result<(u64, String)> {
     let script = format!(
-        "set -eu\nold={coredns_before}\nkill -{signal} {pid}\nt0=$(date +%s%N)\n{}",
-        wait_both_answer()
+        "set -eu\nold={coredns_before}\nkill -{signal} {pid}\nt0={NOW_NS}\n{}",
+        wait_both_answer(RECOVERY_LIMIT_S)
     );
     let out = node
         .vm
-        .cmd(&script)
+        .argv(vec!["bash".into(), "-c".into(), script])
         .timeout(Duration::from_secs(u64::from(RECOVERY_LIMIT_S) + 60))
         .run()
         .with_context(|| format!("kill -{signal} {pid}, then waiting for a new CoreDNS on both listeners"))?;
@@ -403,11 +370,11 @@ while live "$old"; do
 	fi
 	sleep 0.02
 done
-t0=$(date +%s%N)
+t0={NOW_NS}
 kill $clients 2>/dev/null || true
 rm -f /tmp/memfill.*
 {}"#,
-        wait_both_answer(),
+        wait_both_answer(RECOVERY_LIMIT_S),
         last = FILL_NAMES - 1,
     )
 }
@@ -452,7 +419,7 @@ fn coredns_at_memory_max(node: &JoinedNode) -> anyhow::Result<()> {
         let script = format!("set -eu\nold={coredns}\n{}", fill_until_gone(pid));
         let out = node
             .vm
-            .cmd(&script)
+            .argv(vec!["bash".into(), "-c".into(), script])
             .timeout(Duration::from_secs(u64::from(RECOVERY_LIMIT_S) * 3))
             .run()
             .with_context(|| {
