@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The README's main command: prepares the machine, builds the harness and the
-# agent (the same debug build the tests use, so they share one cache), builds
+# The README's main command: prepares the machine, builds the workspace as the
+# tests do (one cache, and the same agent binary, so the same node checkpoints), builds
 # the lab's images and artifacts, then runs `harness lab up`: a lab with its
 # control plane and one VM, the agent deployed into it and started, waiting
 # until the Node is Ready (LocalDNS running in its machine), then printing how
