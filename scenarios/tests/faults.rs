@@ -68,14 +68,22 @@ fn localdns_answers_again_after_crashes_hangs_and_an_upstream_outage() -> anyhow
     })
 }
 
-/// The one process named `name` on the node (its pid); fails naming what it found otherwise.
-fn only_pid(node: &JoinedNode, name: &str) -> anyhow::Result<String> {
-    let out = node.vm.run_unchecked(&format!("pgrep -x {name}"))?.stdout_text();
-    let pids: Vec<&str> = out.split_whitespace().collect();
-    match pids.as_slice() {
-        [one] => Ok(one.to_string()),
-        _ => bail!("expected one {name} process on the node, pgrep finds {pids:?}"),
-    }
+/// The supervisor's process name on the node (`unbounded-localdns-supervisor`, cut to 15 bytes).
+const SUPERVISOR: &str = "unbounded-local";
+
+/// The supervisor, `localdns.service`'s main process, as the node numbers it. `pgrep` alone
+/// cannot tell it: the unit's `ExecStartPost=`/`ExecStop=` helpers run the same binary, and a
+/// just-forked standby has its name until it execs CoreDNS (once the recovery wait got fast, a
+/// check right after a unit restart found the `ExecStartPost=` helper beside it).
+fn supervisor_pid(node: &JoinedNode) -> anyhow::Result<String> {
+    let (_, main) = node.machine_systemctl(MACHINE, "show -p MainPID --value localdns.service")?;
+    let main = main.trim();
+    ensure!(
+        !main.is_empty() && main != "0",
+        "localdns.service has no main process (MainPID={main:?})"
+    );
+    node_pid_of(node, SUPERVISOR, main)?
+        .with_context(|| format!("no {SUPERVISOR} process on the node is localdns.service's MainPID {main}"))
 }
 
 /// The CoreDNS holding the node listener's port 53 (the active one; the standby serves only a
@@ -96,12 +104,13 @@ fn active_coredns(node: &JoinedNode) -> anyhow::Result<String> {
     }
 }
 
-/// The node's pid of the CoreDNS whose pid in the machine's own pid namespace is `machine_pid`
-/// (the supervisor names pids as the machine sees them; `NSpid:` in /proc lists both).
-fn node_pid_of(node: &JoinedNode, machine_pid: &str) -> anyhow::Result<Option<String>> {
-    let out = node.vm.run(
-        "for p in $(pgrep -x coredns); do awk -v p=$p '/^NSpid:/ {print p, $NF}' /proc/$p/status; done",
-    )?;
+/// The node's pid of the process named `name` whose pid in the machine's own pid namespace is
+/// `machine_pid` (the machine's systemd and the supervisor name pids as the machine sees them;
+/// `NSpid:` in /proc lists both).
+fn node_pid_of(node: &JoinedNode, name: &str, machine_pid: &str) -> anyhow::Result<Option<String>> {
+    let out = node.vm.run(&format!(
+        "for p in $(pgrep -x {name}); do awk -v p=$p '/^NSpid:/ {{print p, $NF}}' /proc/$p/status; done"
+    ))?;
     Ok(out
         .lines()
         .filter_map(|l| l.split_once(' '))
@@ -121,7 +130,7 @@ fn until_standby_ready(node: &JoinedNode, not: &str) -> anyhow::Result<String> {
             .and_then(|rest| rest.trim_end().strip_suffix(" ready"))
             .map(str::to_owned);
         let pid = match machine_pid {
-            Some(p) => node_pid_of(node, &p)?,
+            Some(p) => node_pid_of(node, "coredns", &p)?,
             None => None,
         };
         if let Some(pid) = pid.filter(|p| p != not) {
@@ -168,7 +177,7 @@ fn fault_then_recovery(
 }
 
 fn coredns_killed_again_and_again(node: &JoinedNode) -> anyhow::Result<()> {
-    let supervisor = only_pid(node, "unbounded-local")?;
+    let supervisor = supervisor_pid(node)?;
     let mut coredns = active_coredns(node)?;
     let mut standby = until_standby_ready(node, &coredns)?;
     let mut took = Vec::with_capacity(KILLS);
@@ -183,7 +192,7 @@ fn coredns_killed_again_and_again(node: &JoinedNode) -> anyhow::Result<()> {
         standby = until_standby_ready(node, &coredns)?;
     }
     ensure!(
-        only_pid(node, "unbounded-local")? == supervisor,
+        supervisor_pid(node)? == supervisor,
         "the supervisor changed while CoreDNS was killed: it should start CoreDNS again itself"
     );
     took.sort_unstable();
@@ -277,10 +286,10 @@ fn upstream_gone(node: &JoinedNode) -> anyhow::Result<()> {
 }
 
 fn supervisor_killed(node: &JoinedNode) -> anyhow::Result<()> {
-    let supervisor = only_pid(node, "unbounded-local")?;
+    let supervisor = supervisor_pid(node)?;
     let coredns = active_coredns(node)?;
     let (ms, _) = fault_then_recovery(node, "KILL", &supervisor, &coredns)?;
-    let again = only_pid(node, "unbounded-local")?;
+    let again = supervisor_pid(node)?;
     ensure!(again != supervisor, "the supervisor is still pid {supervisor}");
     eprintln!(
         "==> the supervisor SIGKILLed: systemd started localdns.service again, both listeners answered after {ms} ms"
@@ -289,7 +298,7 @@ fn supervisor_killed(node: &JoinedNode) -> anyhow::Result<()> {
 }
 
 fn coredns_hung(node: &JoinedNode) -> anyhow::Result<()> {
-    let supervisor = only_pid(node, "unbounded-local")?;
+    let supervisor = supervisor_pid(node)?;
     let coredns = active_coredns(node)?;
     let standby = until_standby_ready(node, &coredns)?;
     let (ms, taken_over) = fault_then_recovery(node, "STOP", &coredns, &coredns)?;
@@ -297,7 +306,7 @@ fn coredns_hung(node: &JoinedNode) -> anyhow::Result<()> {
         taken_over == standby,
         "the ready standby {standby} should have taken over from the hung CoreDNS, but {taken_over} holds the listeners"
     );
-    let after = only_pid(node, "unbounded-local")?;
+    let after = supervisor_pid(node)?;
     ensure!(
         after == supervisor,
         "the supervisor should kill the hung CoreDNS itself, but localdns.service was restarted (supervisor {supervisor} -> {after})"
@@ -381,7 +390,7 @@ rm -f /tmp/memfill.*
 
 fn coredns_at_memory_max(node: &JoinedNode) -> anyhow::Result<()> {
     let slice = localdns_slice_cgroup(node)?;
-    let supervisor = only_pid(node, "unbounded-local")?;
+    let supervisor = supervisor_pid(node)?;
     let coredns = active_coredns(node)?;
     let units_before = units_outside_the_fault(node)?;
     let ooms_before = cgroup_number(node, &format!("{slice}/memory.events"), Some("oom_kill"))?;
@@ -454,7 +463,7 @@ fn coredns_at_memory_max(node: &JoinedNode) -> anyhow::Result<()> {
     let after = active_coredns(node)?;
     ensure!(after != coredns, "CoreDNS {coredns} still holds the listeners");
     ensure!(
-        only_pid(node, "unbounded-local")? == supervisor,
+        supervisor_pid(node)? == supervisor,
         "the supervisor {supervisor} did not survive CoreDNS's OOM kill inside localdns.slice"
     );
     let units_after = units_outside_the_fault(node)?;
