@@ -13,9 +13,10 @@ use crate::dns::{CLUSTER_LISTENER, NODE_LISTENER};
 use crate::host_state::{ConntrackEntry, read_conntrack};
 use crate::node::JoinedNode;
 
-/// Lookups per pod and target: 100 take ~1.5–3 min under TCG, with a conntrack read every 5 s
-/// and the supervisor's probes (every 12 s) going on all along (200 took 3–6 min, the longest
-/// step of the default suite's `notrack` cases, for no more of what is checked).
+/// Lookups per pod and target, with a conntrack read every 5 s and the supervisor's probes (every
+/// 12 s) going on all along: the whole `notrack` case took 69–73 s with 100 in the cold run of
+/// 2026-12-03; 200 took 3–6 min, the longest step of the default suite, for no more of what is
+/// checked.
 const BURST: usize = 100;
 /// The lab upstream name the `Default` pod looks up.
 const BURST_NAME: &str = "burst.lab.test";
