@@ -5,7 +5,8 @@
 //! (its pid; the standby's `oom_score_adj` is 1000, the one that took over has the supervisor's),
 //! without one from a new CoreDNS — under the same supervisor. The time from each kill
 //! until both answer is printed (min/median/max; the figures are in docs/perf.md). A hung CoreDNS
-//! (SIGSTOP) is killed by the supervisor after three failed checks in a row and the standby takes
+//! (SIGSTOP) with lookups coming is killed by the supervisor once they wait on its sockets while it
+//! uses no CPU (or, with that rule off, after three failed checks in a row) and the standby takes
 //! over. A CoreDNS that cannot start again (its Corefile broken meanwhile) is tried three times,
 //! then ends the supervisor with CoreDNS's exit status, for systemd to restart the unit — with a
 //! standby too, whose reload of the broken Corefile fails first.
@@ -64,6 +65,11 @@ const PLACEHOLDER: &str = "# The LocalDNS supervisor's warm standby";
 impl Supervised {
     /// A supervisor in this thread's fresh network namespace, its listener addresses on `lo`.
     fn start(standby: Standby) -> Supervised {
+        Supervised::start_with(standby, &[])
+    }
+
+    /// [`Supervised::start`] with more environment for the supervisor.
+    fn start_with(standby: Standby, env: &[(&str, &str)]) -> Supervised {
         if let Err(err) = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET) {
             panic!("unshare(CLONE_NEWNET) failed ({err}): this test needs root");
         }
@@ -76,11 +82,11 @@ impl Supervised {
         for a in addrs.iter().filter(|a| !a.is_loopback()) {
             run(&["addr", "add", &format!("{a}/32"), "dev", "lo"]);
         }
-        Supervised::spawn(goal, standby)
+        Supervised::spawn(goal, standby, env)
     }
 
     /// A supervisor for `goal` in this thread's network namespace, with a directory of its own.
-    fn spawn(goal: LocalDnsGoal, standby: Standby) -> Supervised {
+    fn spawn(goal: LocalDnsGoal, standby: Standby, env: &[(&str, &str)]) -> Supervised {
         let dir = tempfile::tempdir().unwrap();
         let corefile = dir.path().join("Corefile");
         std::fs::write(&corefile, agent::render::corefile::render(&goal).unwrap()).unwrap();
@@ -99,6 +105,7 @@ impl Supervised {
             std::fs::create_dir(&run).unwrap();
             cmd.env("RUNTIME_DIRECTORY", &run);
         }
+        cmd.envs(env.iter().copied());
         cmd.env("LOCALDNS_COREFILE", &corefile)
             .env("LOCALDNS_COREDNS", find_coredns())
             .env("NOTIFY_SOCKET", &notify_path)
@@ -390,9 +397,23 @@ fn a_standby_that_cannot_take_over_is_given_up_and_the_supervisor_ends_with_core
     a_coredns_that_cannot_start_again(Standby::On);
 }
 
-#[test]
-fn a_hung_coredns_is_killed_and_the_standby_takes_over_under_the_same_supervisor() {
-    let mut s = Supervised::start(Standby::On);
+/// How the supervisor finds a hung CoreDNS.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum HungBy {
+    /// Queries wait on its listener sockets while it uses no CPU (the default, 1 s).
+    WaitingQueries,
+    /// Three failed health checks in a row (`LOCALDNS_STUCK_AFTER_MS=0`).
+    FailedChecks,
+}
+
+/// SIGSTOP to the serving CoreDNS while lookups keep coming (every 20 ms, as the clients of a
+/// node): the supervisor kills it and the standby takes over, found by `by`.
+fn a_hung_coredns(by: HungBy) {
+    let env: &[(&str, &str)] = match by {
+        HungBy::WaitingQueries => &[],
+        HungBy::FailedChecks => &[("LOCALDNS_STUCK_AFTER_MS", "0")],
+    };
+    let mut s = Supervised::start_with(Standby::On, env);
     assert!(s.both_answer(), "not answering after READY=1\n{}", s.log());
     let supervisor_pid = s.supervisor.0.id();
     let pid = s.coredns_pid();
@@ -400,7 +421,6 @@ fn a_hung_coredns_is_killed_and_the_standby_takes_over_under_the_same_supervisor
     // SIGSTOP: the process lives on, its sockets stay bound, nothing answers.
     kill(Pid::from_raw(pid), Signal::SIGSTOP).unwrap();
     let hung = Instant::now();
-    std::thread::sleep(Duration::from_millis(300));
     assert!(!s.both_answer(), "a stopped CoreDNS still answered\n{}", s.log());
     // The first failing regular check comes within one interval (12 s without a watchdog), then
     // the rechecks; past that plus the start, the supervisor did not act.
@@ -432,19 +452,37 @@ fn a_hung_coredns_is_killed_and_the_standby_takes_over_under_the_same_supervisor
     assert_eq!(s.supervisor.0.id(), supervisor_pid);
     assert!(s.supervisor().try_wait().unwrap().is_none(), "{}", s.log());
     let log = s.log();
-    assert!(
-        log.contains(&format!(
+    let (said, not_said) = (
+        "on CoreDNS's listener sockets while it used no CPU: taking it for hung, killing it",
+        format!(
             "CoreDNS failed {} health checks in a row: taking it for hung, killing it",
             agent::supervisor::settings::DEFAULT_HUNG_AFTER_FAILED_CHECKS
-        )),
-        "{log}"
+        ),
     );
+    let (said, not_said) = match by {
+        HungBy::WaitingQueries => (said.to_string(), not_said),
+        HungBy::FailedChecks => (not_said, said.to_string()),
+    };
+    assert!(log.contains(&said), "{by:?}: no {said:?} in\n{log}");
+    assert!(!log.contains(&not_said), "{by:?}: {not_said:?} in\n{log}");
     assert_eq!(
         log.matches("CoreDNS exited; the standby takes over").count(),
         1,
         "{log}"
     );
-    eprintln!("CoreDNS hung (SIGSTOP): both listeners answered the standby that took over after {took:.1?}");
+    eprintln!(
+        "CoreDNS hung (SIGSTOP), found by {by:?}: both listeners answered the standby that took over after {took:.1?}"
+    );
+}
+
+#[test]
+fn a_hung_coredns_that_clients_wait_on_is_killed_and_the_standby_takes_over_under_the_same_supervisor() {
+    a_hung_coredns(HungBy::WaitingQueries);
+}
+
+#[test]
+fn without_the_queue_rule_a_hung_coredns_is_killed_after_three_failed_checks() {
+    a_hung_coredns(HungBy::FailedChecks);
 }
 
 /// The bridge of a planned restart (`localdns-bridge.service`, `agent::start::localdns_restart`):
@@ -464,7 +502,7 @@ fn a_bridge_supervisor_shares_the_listeners_and_answers_while_the_first_stops() 
         first.goal.cluster_listener.addr(),
     ];
     wait_bound(&listeners, 1, Duration::from_secs(10)).unwrap();
-    let bridge = Supervised::spawn(first.goal.clone(), Standby::Off);
+    let bridge = Supervised::spawn(first.goal.clone(), Standby::Off, &[]);
     wait_bound(&listeners, 2, Duration::from_secs(30)).unwrap_or_else(|e| {
         panic!(
             "the bridge's CoreDNS did not bind beside the first: {e}\n{}",

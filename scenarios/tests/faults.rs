@@ -7,10 +7,12 @@
 //! * the lab's upstream DNS stops answering: a name cached before keeps answering from the node
 //!   listener after its TTL (`serve_stale`, `coredns_cache_served_stale_total` rises), a name never
 //!   asked gets no address, and names resolve again once the upstream answers;
-//! * the supervisor killed with SIGKILL: systemd starts `localdns.service` again and both
-//!   listeners answer;
-//! * CoreDNS hung with SIGSTOP: three failed checks in a row and the supervisor (the same process)
-//!   kills it and the standby takes over; both listeners answer it;
+//! * the supervisor killed with SIGKILL: systemd starts `localdns.service` again, and the unit's
+//!   `ExecStop=` bridges that restart as any other (its CoreDNS still answers while it runs): a
+//!   `dig` loop on both listeners from the kill until the bridge is stopped gets every answer;
+//! * CoreDNS hung with SIGSTOP: the recovery wait's queries wait on its sockets while it uses no
+//!   CPU, and the supervisor (the same process) kills it and the standby takes over; both
+//!   listeners answer it;
 //! * an operator's `systemctl restart localdns`: the unit's own bridge (`localdns-bridge.service`,
 //!   started by its `ExecStop=`, stopped by its `ExecStartPost=`) answers meanwhile, and a `dig`
 //!   loop on both listeners throughout the restart gets every answer;
@@ -285,14 +287,86 @@ fn upstream_gone(node: &JoinedNode) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The line the new supervisor's `ExecStartPost=` writes once it stopped a restart's bridge.
+const BRIDGE_STOPPED: &str = "the new CoreDNS holds the listeners; stopped localdns-bridge.service";
+
+/// `localdns.service`'s journal in the machine since `since` (seconds since the epoch).
+fn localdns_journal_since(node: &JoinedNode, since: &str) -> anyhow::Result<String> {
+    Ok(node
+        .vm
+        .run_unchecked(&in_machine(
+            MACHINE,
+            &format!("journalctl -u localdns.service --since @{since} -o cat --no-pager"),
+        ))?
+        .stdout_text())
+}
+
+/// Checks that a restart of `localdns.service` since `since` was bridged: the unit's journal has
+/// `started` (what its `ExecStop=` said after starting the bridge) and [`BRIDGE_STOPPED`], and the
+/// bridge is inactive again. Returns the journal.
+fn ensure_bridged(node: &JoinedNode, since: &str, started: &str) -> anyhow::Result<String> {
+    let journal = localdns_journal_since(node, since)?;
+    for line in [started, BRIDGE_STOPPED] {
+        ensure!(
+            journal.contains(line),
+            "the restart's journal has no {line:?}:\n{journal}"
+        );
+    }
+    let (_, bridge) = node.machine_systemctl(MACHINE, "is-active localdns-bridge.service")?;
+    ensure!(
+        bridge.trim() == "inactive",
+        "localdns-bridge.service is {:?} after the restart, not inactive",
+        bridge.trim()
+    );
+    Ok(journal)
+}
+
+/// The supervisor SIGKILLed: systemd stops the unit to start it again, and the unit's `ExecStop=`
+/// (its CoreDNS still answering) starts the bridge first, so both listeners answer throughout —
+/// a `dig` loop on both from the kill until the new supervisor stopped the bridge gets every answer.
 fn supervisor_killed(node: &JoinedNode) -> anyhow::Result<()> {
     let supervisor = supervisor_pid(node)?;
     let coredns = active_coredns(node)?;
-    let (ms, _) = fault_then_recovery(node, "KILL", &supervisor, &coredns)?;
+    let since = node.vm.run("date +%s")?.trim().to_string();
+    let probe = ListenerProbe::start(&node.vm)?;
+    let started = std::time::Instant::now();
+    node.vm.run(&format!("kill -KILL {supervisor}"))?;
+    let journal = loop {
+        let journal = localdns_journal_since(node, &since)?;
+        if journal.contains(BRIDGE_STOPPED) {
+            break journal;
+        }
+        ensure!(
+            started.elapsed() < Duration::from_secs(u64::from(RECOVERY_LIMIT_S)),
+            "localdns.service not restarted and its bridge not stopped {RECOVERY_LIMIT_S} s after its supervisor was killed:\n{journal}"
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    };
+    let took = started.elapsed();
+    let probed = probe.finish(&node.vm)?;
+    ensure_bridged(
+        node,
+        &since,
+        "localdns-bridge.service holds the listeners beside CoreDNS after",
+    )?;
+    ensure!(
+        journal.contains("systemd's restart after the supervisor's end"),
+        "the bridge was not started for systemd's restart after the supervisor's end:\n{journal}"
+    );
     let again = supervisor_pid(node)?;
     ensure!(again != supervisor, "the supervisor is still pid {supervisor}");
+    let now = active_coredns(node)?;
+    ensure!(
+        now != coredns,
+        "CoreDNS is still pid {coredns} after the unit's restart"
+    );
+    probed.ensure_every_lookup_answered(
+        "systemd's restart of localdns.service after its supervisor was killed",
+    )?;
     eprintln!(
-        "==> the supervisor SIGKILLed: systemd started localdns.service again, both listeners answered after {ms} ms"
+        "==> the supervisor SIGKILLed: systemd started localdns.service again ({:.1} s until the new supervisor stopped the bridge), bridged by the unit's ExecStop=: {} lookups of both listeners meanwhile, all answered",
+        took.as_secs_f64(),
+        probed.lookups
     );
     Ok(())
 }
@@ -301,6 +375,7 @@ fn coredns_hung(node: &JoinedNode) -> anyhow::Result<()> {
     let supervisor = supervisor_pid(node)?;
     let coredns = active_coredns(node)?;
     let standby = until_standby_ready(node, &coredns)?;
+    let since = node.vm.run("date +%s")?.trim().to_string();
     let (ms, taken_over) = fault_then_recovery(node, "STOP", &coredns, &coredns)?;
     ensure!(
         taken_over == standby,
@@ -311,8 +386,15 @@ fn coredns_hung(node: &JoinedNode) -> anyhow::Result<()> {
         after == supervisor,
         "the supervisor should kill the hung CoreDNS itself, but localdns.service was restarted (supervisor {supervisor} -> {after})"
     );
+    // The recovery wait's own queries waited on the stopped CoreDNS: the supervisor's queue rule,
+    // not three failed checks, found it.
+    let journal = localdns_journal_since(node, &since)?;
+    ensure!(
+        journal.contains("on CoreDNS's listener sockets while it used no CPU: taking it for hung"),
+        "the supervisor did not take the stopped CoreDNS for hung by its waiting queries:\n{journal}"
+    );
     eprintln!(
-        "==> CoreDNS hung (SIGSTOP): the supervisor killed it, both listeners answered the standby that took over after {ms} ms"
+        "==> CoreDNS hung (SIGSTOP): queries waited on it while it used no CPU, the supervisor killed it, both listeners answered the standby that took over after {ms} ms"
     );
     Ok(())
 }
@@ -498,28 +580,11 @@ fn operator_restart(node: &JoinedNode) -> anyhow::Result<()> {
         code == Some(0),
         "systemctl restart localdns.service: {code:?} {out}"
     );
-    let journal = node
-        .vm
-        .run_unchecked(&in_machine(
-            MACHINE,
-            &format!("journalctl -u localdns.service --since @{since} -o cat --no-pager"),
-        ))?
-        .stdout_text();
-    for line in [
-        "localdns-bridge.service holds the listeners beside CoreDNS",
-        "the new CoreDNS holds the listeners; stopped localdns-bridge.service",
-    ] {
-        ensure!(
-            journal.contains(line),
-            "the restart's journal has no {line:?}:\n{journal}"
-        );
-    }
-    let (_, bridge) = node.machine_systemctl(MACHINE, "is-active localdns-bridge.service")?;
-    ensure!(
-        bridge.trim() == "inactive",
-        "localdns-bridge.service is {:?} after the restart, not inactive",
-        bridge.trim()
-    );
+    ensure_bridged(
+        node,
+        &since,
+        "localdns-bridge.service holds the listeners beside CoreDNS after",
+    )?;
     probed.ensure_every_lookup_answered("an operator's systemctl restart localdns")?;
     eprintln!(
         "==> systemctl restart localdns by hand ({:.1} s): bridged by the unit, {} lookups of both listeners meanwhile, all answered",

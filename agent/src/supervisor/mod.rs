@@ -9,6 +9,7 @@ pub mod restart_bridge;
 pub mod run;
 pub mod settings;
 pub mod standby;
+pub mod stuck;
 
 pub use failures::{FailureWindow, Verdict};
 pub use run::{Outcome, supervise};

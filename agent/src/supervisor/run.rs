@@ -13,6 +13,7 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use super::failures::{FailureWindow, Verdict};
 use super::standby::StandbySlot;
+use super::stuck::{self, StuckWatch};
 use super::{Settings, notify, probe};
 
 /// How often the listeners are polled while CoreDNS starts (after a crash, the wait between
@@ -205,8 +206,10 @@ fn listeners_bound(settings: &Settings) -> Result<(), String> {
 /// real Corefile and reloads it in its running process instead of a new CoreDNS being started
 /// (if it cannot, a new CoreDNS is started as without one), and another standby is started.
 ///
-/// A hung CoreDNS (alive, answering nothing: SIGSTOP, a deadlock) is found by the health checks:
-/// a failed check is repeated after [`RECHECK`], and after `hung_after_failed_checks` failures in
+/// A hung CoreDNS (alive, answering nothing: SIGSTOP, a deadlock) is found two ways. As soon as
+/// clients wait: queries sitting in its listener sockets at every look for `stuck_after` (1 s)
+/// while it uses no CPU time ([`stuck`]) get it killed at once. Without clients, by the health
+/// checks (whose own query then waits too): a failed check is repeated after [`RECHECK`], and after `hung_after_failed_checks` failures in
 /// a row (3; [`Settings`]) CoreDNS is killed with SIGKILL and started again as after a crash —
 /// without waiting for systemd's watchdog to restart the whole unit: a CoreDNS that answers
 /// neither `/ready` nor its own health name for that long serves nobody. Every failed check counts
@@ -247,6 +250,10 @@ pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
     let mut restarts = 0u64;
     let mut failed_in_a_row = 0u32;
     let mut next_check = tokio::time::Instant::now() + settings.check_interval;
+    let mut stuck_watch = StuckWatch::default();
+    let mut next_look = settings
+        .stuck_poll()
+        .map(|poll| tokio::time::Instant::now() + poll);
     loop {
         let standby_wake = standby.next_wake();
         tokio::select! {
@@ -277,6 +284,7 @@ pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
                             notify::status(&status);
                             notify::watchdog();
                             next_check = tokio::time::Instant::now() + settings.check_interval;
+                            stuck_watch.reset();
                             break;
                         }
                         Err(Outcome::StartTimedOut { last_error }) if promoted => {
@@ -308,6 +316,28 @@ pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
             _ = int.recv() => {
                 standby.stop().await;
                 return stopped(&mut child).await;
+            }
+            _ = sleep_until_some(next_look), if next_look.is_some() => {
+                let now = tokio::time::Instant::now();
+                next_look = settings.stuck_poll().map(|poll| now + poll);
+                let (Some(pid), Some(after)) = (child.id(), settings.stuck_after) else { continue };
+                if let Some(waited) = stuck_watch.observe(stuck::look(pid, settings), now, after) {
+                    stuck_watch.reset();
+                    let why = format!(
+                        "queries waited {waited:.1?} on CoreDNS's listener sockets while it used no CPU: taking it for hung, killing it"
+                    );
+                    tracing::error!("{why}");
+                    notify::status(&why);
+                    failed_in_a_row = 0;
+                    // Its exit is then seen like a crash: the standby takes over, or CoreDNS is
+                    // started again. It counts towards the failure rule like a failed check.
+                    if let Verdict::GiveUp { failures_in_window } = failures.record_failure(Instant::now()) {
+                        return give_up(&mut child, &mut standby, settings, failures_in_window, why).await;
+                    }
+                    if let Err(err) = child.start_kill() {
+                        tracing::warn!(%err, "could not kill CoreDNS");
+                    }
+                }
             }
             _ = tokio::time::sleep_until(next_check) => {
                 match probe::check(settings).await {
@@ -341,15 +371,7 @@ pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
                                 }
                             }
                             Verdict::GiveUp { failures_in_window } => {
-                                let why = format!(
-                                    "{failures_in_window} failed health checks within {:?}, giving up: {last_error}",
-                                    settings.failure_window
-                                );
-                                tracing::error!("{why}");
-                                notify::trigger(&why);
-                                standby.stop().await;
-                                stop_coredns(&mut child).await?;
-                                return Ok(Outcome::GaveUp { failures: failures_in_window, last_error });
+                                return give_up(&mut child, &mut standby, settings, failures_in_window, last_error).await;
                             }
                         }
                     }
@@ -357,6 +379,28 @@ pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
             }
         }
     }
+}
+
+/// The failure rule was reached: `WATCHDOG=trigger`, both CoreDNS stopped, [`Outcome::GaveUp`].
+async fn give_up(
+    child: &mut Child,
+    standby: &mut StandbySlot,
+    settings: &Settings,
+    failures_in_window: usize,
+    last_error: String,
+) -> Result<Outcome, SuperviseError> {
+    let why = format!(
+        "{failures_in_window} failed health checks within {:?}, giving up: {last_error}",
+        settings.failure_window
+    );
+    tracing::error!("{why}");
+    notify::trigger(&why);
+    standby.stop().await;
+    stop_coredns(child).await?;
+    Ok(Outcome::GaveUp {
+        failures: failures_in_window,
+        last_error,
+    })
 }
 
 /// Sleeps until `at` (forever when `None`).

@@ -44,6 +44,10 @@ pub struct Settings {
     /// Failed checks in a row after which CoreDNS is taken for hung and killed
     /// (`LOCALDNS_HUNG_AFTER_FAILED_CHECKS`, default 3; 0: never).
     pub hung_after_failed_checks: u32,
+    /// How long queries may wait in a listener socket of the serving CoreDNS while it uses no CPU
+    /// before it is taken for hung and killed (`LOCALDNS_STUCK_AFTER_MS`, default 1000; 0: never;
+    /// [`super::stuck`]).
+    pub stuck_after: Option<Duration>,
     /// Where the warm standby CoreDNS keeps its Corefile: systemd's `$RUNTIME_DIRECTORY` (the
     /// unit's `RuntimeDirectory=localdns`, the first when it names several). `None` — no such
     /// directory, or `LOCALDNS_STANDBY=0` — runs no standby ([`super::standby`]).
@@ -54,6 +58,8 @@ pub struct Settings {
 pub use crate::corefile::DNS_PORT;
 /// Failed health checks in a row after which CoreDNS is taken for hung and killed.
 pub const DEFAULT_HUNG_AFTER_FAILED_CHECKS: u32 = 3;
+/// How long queries may wait on a serving CoreDNS that uses no CPU before it is taken for hung.
+pub const DEFAULT_STUCK_AFTER: Duration = Duration::from_secs(1);
 /// The watchdog interval when systemd sets none (the unit's `WatchdogSec=60`).
 pub const DEFAULT_WATCHDOG: Duration = Duration::from_secs(60);
 
@@ -143,6 +149,15 @@ impl Settings {
             Some(v) => parse("LOCALDNS_HUNG_AFTER_FAILED_CHECKS", &v, "a count (0: never)")?,
             None => DEFAULT_HUNG_AFTER_FAILED_CHECKS,
         };
+        let stuck_after = match var("LOCALDNS_STUCK_AFTER_MS") {
+            Some(v) => Some(Duration::from_millis(parse(
+                "LOCALDNS_STUCK_AFTER_MS",
+                &v,
+                "a number of milliseconds (0: never)",
+            )?))
+            .filter(|d| !d.is_zero()),
+            None => Some(DEFAULT_STUCK_AFTER),
+        };
         let standby = match var("LOCALDNS_STANDBY").as_deref().map(str::trim) {
             None | Some("" | "1") => true,
             Some("0") => false,
@@ -172,6 +187,7 @@ impl Settings {
             failure_window,
             failure_threshold,
             hung_after_failed_checks,
+            stuck_after,
             standby_dir,
         })
     }
@@ -183,6 +199,13 @@ impl Settings {
 
     pub fn listeners(&self) -> [Ipv4Addr; 2] {
         [self.node_listener, self.cluster_listener]
+    }
+
+    /// How often the serving CoreDNS's listener queues are looked at: a fifth of
+    /// [`Settings::stuck_after`], between 100 ms and 1 s.
+    pub fn stuck_poll(&self) -> Option<Duration> {
+        self.stuck_after
+            .map(|after| (after / 5).clamp(Duration::from_millis(100), Duration::from_secs(1)))
     }
 
     /// How long one probe may take: half a tick, between 200 ms and 2 s.
@@ -298,6 +321,22 @@ mod tests {
         let bad = read(&env(&[("LOCALDNS_HUNG_AFTER_FAILED_CHECKS", "-1")])).unwrap_err();
         assert!(
             bad.to_string().contains("LOCALDNS_HUNG_AFTER_FAILED_CHECKS"),
+            "{bad}"
+        );
+    }
+
+    #[test]
+    fn the_stuck_rule_waits_a_second_by_default_looks_five_times_and_can_be_turned_off() {
+        let s = read(&env(&[])).unwrap();
+        assert_eq!(s.stuck_after, Some(Duration::from_secs(1)));
+        assert_eq!(s.stuck_poll(), Some(Duration::from_millis(200)));
+        let quick = read(&env(&[("LOCALDNS_STUCK_AFTER_MS", "100")])).unwrap();
+        assert_eq!(quick.stuck_poll(), Some(Duration::from_millis(100)));
+        let off = read(&env(&[("LOCALDNS_STUCK_AFTER_MS", "0")])).unwrap();
+        assert_eq!((off.stuck_after, off.stuck_poll()), (None, None));
+        let bad = read(&env(&[("LOCALDNS_STUCK_AFTER_MS", "1s")])).unwrap_err();
+        assert!(
+            bad.to_string().contains("LOCALDNS_STUCK_AFTER_MS=\"1s\""),
             "{bad}"
         );
     }

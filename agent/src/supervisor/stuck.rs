@@ -1,0 +1,195 @@
+//! A hung CoreDNS found by its listeners' queues: queries wait in a listener socket of the serving
+//! CoreDNS (UDP bytes, TCP connections not accepted) at every look for [`Settings::stuck_after`],
+//! while the process's CPU time does not advance. A CoreDNS that serves drains its queues within
+//! milliseconds, and one with a backlog it cannot drain (a query storm) burns CPU; one that
+//! neither reads nor runs (SIGSTOP, a deadlock) serves nobody. This needs no packet of ours (no
+//! probe, no conntrack entry): `/proc/net/{udp,tcp}`, `/proc/<pid>/fd` and `/proc/<pid>/stat`
+//! only, and it acts as soon as clients wait instead of after three failed health checks.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::Settings;
+use super::settings::DNS_PORT;
+
+/// What one look saw of the serving CoreDNS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Look {
+    /// One of its listener sockets had something waiting.
+    pub waiting: bool,
+    /// Its user + system CPU time in clock ticks (`None`: unreadable).
+    pub cpu_ticks: Option<u64>,
+}
+
+/// Follows the looks at one CoreDNS; [`StuckWatch::observe`] says when it is stuck.
+#[derive(Debug, Default)]
+pub struct StuckWatch {
+    /// Since when queries have waited at every look, and the CPU time then.
+    since: Option<(Instant, Option<u64>)>,
+}
+
+impl StuckWatch {
+    /// Takes one look at `now`; `Some(how long)` when queries have waited at every look for at
+    /// least `after` and the CPU time did not advance meanwhile.
+    pub fn observe(&mut self, look: Look, now: Instant, after: Duration) -> Option<Duration> {
+        if !look.waiting {
+            self.since = None;
+            return None;
+        }
+        match self.since {
+            Some((at, ticks)) if ticks == look.cpu_ticks && ticks.is_some() => {
+                let waited = now.duration_since(at);
+                (waited >= after).then_some(waited)
+            }
+            // The first look with queries waiting, or CoreDNS ran since (it is working through
+            // them), or its CPU time cannot be read (never taken for stuck).
+            _ => {
+                self.since = Some((now, look.cpu_ticks));
+                None
+            }
+        }
+    }
+
+    /// Forgets what it saw (a new CoreDNS serves).
+    pub fn reset(&mut self) {
+        self.since = None;
+    }
+}
+
+/// User + system CPU time of a process in clock ticks, from the text of `/proc/<pid>/stat`
+/// (fields 14 and 15; the command name in field 2 may hold spaces and parentheses).
+pub fn cpu_ticks_in_stat(stat: &str) -> Option<u64> {
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    // `after_name` starts at field 3 (the state): utime is field 14, stime field 15.
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// The inodes of the sockets process `pid` holds (`socket:[<inode>]` in `/proc/<pid>/fd`).
+fn socket_inodes(pid: u32) -> HashSet<u64> {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return HashSet::new();
+    };
+    fds.filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .filter_map(|target| {
+            let target = target.to_str()?;
+            target.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
+        })
+        .collect()
+}
+
+/// One look at CoreDNS `pid`: whether one of its listener sockets has something waiting, and its
+/// CPU time. Reads `/proc/net` first and the process only when something waits on a listener.
+pub fn look(pid: u32, settings: &Settings) -> Look {
+    let waiting = crate::sockets::waiting_on(&settings.listeners(), DNS_PORT).unwrap_or_default();
+    if waiting.is_empty() {
+        return Look {
+            waiting: false,
+            cpu_ticks: None,
+        };
+    }
+    // Another process's sockets on the listeners (a restart's bridge) are not this CoreDNS's.
+    let inodes = socket_inodes(pid);
+    Look {
+        waiting: waiting.iter().any(|w| inodes.contains(&w.inode)),
+        cpu_ticks: std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .as_deref()
+            .and_then(cpu_ticks_in_stat),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const AFTER: Duration = Duration::from_secs(1);
+
+    fn waiting(ticks: u64) -> Look {
+        Look {
+            waiting: true,
+            cpu_ticks: Some(ticks),
+        }
+    }
+
+    const IDLE: Look = Look {
+        waiting: false,
+        cpu_ticks: None,
+    };
+
+    #[test]
+    fn queries_waiting_for_the_whole_time_with_no_cpu_used_is_stuck() {
+        let t0 = Instant::now();
+        let mut w = StuckWatch::default();
+        assert_eq!(w.observe(waiting(7), t0, AFTER), None);
+        assert_eq!(
+            w.observe(waiting(7), t0 + Duration::from_millis(800), AFTER),
+            None
+        );
+        assert_eq!(
+            w.observe(waiting(7), t0 + Duration::from_millis(1200), AFTER),
+            Some(Duration::from_millis(1200))
+        );
+    }
+
+    #[test]
+    fn an_empty_queue_or_cpu_used_starts_the_count_again() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut w = StuckWatch::default();
+        w.observe(waiting(7), ms(0), AFTER);
+        // Drained once: a CoreDNS that serves.
+        assert_eq!(w.observe(IDLE, ms(500), AFTER), None);
+        assert_eq!(w.observe(waiting(7), ms(600), AFTER), None);
+        assert_eq!(w.observe(waiting(7), ms(1500), AFTER), None);
+        // It ran (a backlog it works through): counted from here.
+        assert_eq!(w.observe(waiting(9), ms(1700), AFTER), None);
+        assert_eq!(w.observe(waiting(9), ms(2600), AFTER), None);
+        assert_eq!(
+            w.observe(waiting(9), ms(2700), AFTER),
+            Some(Duration::from_millis(1000))
+        );
+        w.reset();
+        assert_eq!(w.observe(waiting(9), ms(2800), AFTER), None);
+    }
+
+    #[test]
+    fn unreadable_cpu_time_is_never_stuck() {
+        let t0 = Instant::now();
+        let mut w = StuckWatch::default();
+        let unknown = Look {
+            waiting: true,
+            cpu_ticks: None,
+        };
+        for n in 0..10 {
+            assert_eq!(w.observe(unknown, t0 + Duration::from_secs(n), AFTER), None);
+        }
+    }
+
+    #[test]
+    fn cpu_time_is_utime_plus_stime_even_with_a_parenthesis_in_the_name() {
+        let stat = "4242 (core dns) x) S 1 4242 4242 0 -1 4194560 1234 0 0 0 250 75 0 0 20 0 12 0 999 0 0";
+        assert_eq!(cpu_ticks_in_stat(stat), Some(325));
+        assert_eq!(cpu_ticks_in_stat("4242 (coredns) S 1"), None);
+    }
+
+    #[test]
+    fn this_process_cpu_time_and_sockets_are_read_from_proc() {
+        let pid = std::process::id();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        assert!(cpu_ticks_in_stat(&stat).is_some(), "{stat}");
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let port = socket.local_addr().unwrap().port();
+        let bound = std::fs::read_to_string("/proc/thread-self/net/udp").unwrap();
+        let inode: u64 = bound
+            .lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(&format!("0100007F:{port:04X}")))
+            .and_then(|l| l.split_whitespace().nth(9)?.parse().ok())
+            .unwrap();
+        assert!(socket_inodes(pid).contains(&inode));
+    }
+}
