@@ -4,7 +4,9 @@
 # checkpoints are the ones scripts/test.sh builds and resumes, and the scenario tests), then runs
 # the scenarios with `cargo nextest run` and the arguments given: over the workspace as built
 # (`-p scenarios` would build the agent library again with other features), each `-E` filter
-# narrowed to `package(scenarios)`. Needs root, the images
+# narrowed to `package(scenarios)`. `--no-capture` shows each scenario's progress live and runs
+# one test at a time (nextest's rule); several scenarios on both VM lanes: scripts/test.sh -E '…'.
+# Needs root, the images
 # (`harness images build`, or scripts/lab-up.sh / scripts/test.sh once) and cargo-nextest
 # (scripts/setup.sh). Examples:
 #   scripts/scenario.sh --test metrics
