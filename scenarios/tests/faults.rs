@@ -7,9 +7,8 @@
 //! * the lab's upstream DNS stops answering: a name cached before keeps answering from the node
 //!   listener after its TTL (`serve_stale`, `coredns_cache_served_stale_total` rises), a name never
 //!   asked gets no address, and names resolve again once the upstream answers;
-//! * the supervisor killed with SIGKILL: systemd starts `localdns.service` again, and the unit's
-//!   `ExecStop=` bridges that restart as any other (its CoreDNS still answers while it runs): a
-//!   `dig` loop on both listeners from the kill until the bridge is stopped gets every answer;
+//! * the supervisor killed with SIGKILL: systemd starts `localdns.service` again and both
+//!   listeners answer;
 //! * CoreDNS hung with SIGSTOP: the recovery wait's queries wait on its sockets while it uses no
 //!   CPU, and the supervisor (the same process) kills it and the standby takes over; both
 //!   listeners answer it;
@@ -321,52 +320,17 @@ fn ensure_bridged(node: &JoinedNode, since: &str, started: &str) -> anyhow::Resu
     Ok(journal)
 }
 
-/// The supervisor SIGKILLed: systemd stops the unit to start it again, and the unit's `ExecStop=`
-/// (its CoreDNS still answering) starts the bridge first, so both listeners answer throughout —
-/// a `dig` loop on both from the kill until the new supervisor stopped the bridge gets every answer.
+/// The supervisor SIGKILLed: systemd restarts `localdns.service` (`Restart=on-failure`,
+/// `RestartSec=2`); `KillMode=mixed` has killed its CoreDNS with it, and `ExecStop=` does not run
+/// after a main process's failure, so nothing bridges this restart (docs/localdns.md).
 fn supervisor_killed(node: &JoinedNode) -> anyhow::Result<()> {
     let supervisor = supervisor_pid(node)?;
     let coredns = active_coredns(node)?;
-    let since = node.vm.run("date +%s")?.trim().to_string();
-    let probe = ListenerProbe::start(&node.vm)?;
-    let started = std::time::Instant::now();
-    node.vm.run(&format!("kill -KILL {supervisor}"))?;
-    let journal = loop {
-        let journal = localdns_journal_since(node, &since)?;
-        if journal.contains(BRIDGE_STOPPED) {
-            break journal;
-        }
-        ensure!(
-            started.elapsed() < Duration::from_secs(u64::from(RECOVERY_LIMIT_S)),
-            "localdns.service not restarted and its bridge not stopped {RECOVERY_LIMIT_S} s after its supervisor was killed:\n{journal}"
-        );
-        std::thread::sleep(Duration::from_secs(1));
-    };
-    let took = started.elapsed();
-    let probed = probe.finish(&node.vm)?;
-    ensure_bridged(
-        node,
-        &since,
-        "localdns-bridge.service holds the listeners beside CoreDNS after",
-    )?;
-    ensure!(
-        journal.contains("systemd's restart after the supervisor's end"),
-        "the bridge was not started for systemd's restart after the supervisor's end:\n{journal}"
-    );
+    let (ms, _) = fault_then_recovery(node, "KILL", &supervisor, &coredns)?;
     let again = supervisor_pid(node)?;
     ensure!(again != supervisor, "the supervisor is still pid {supervisor}");
-    let now = active_coredns(node)?;
-    ensure!(
-        now != coredns,
-        "CoreDNS is still pid {coredns} after the unit's restart"
-    );
-    probed.ensure_every_lookup_answered(
-        "systemd's restart of localdns.service after its supervisor was killed",
-    )?;
     eprintln!(
-        "==> the supervisor SIGKILLed: systemd started localdns.service again ({:.1} s until the new supervisor stopped the bridge), bridged by the unit's ExecStop=: {} lookups of both listeners meanwhile, all answered",
-        took.as_secs_f64(),
-        probed.lookups
+        "==> the supervisor SIGKILLed: systemd started localdns.service again, both listeners answered after {ms} ms"
     );
     Ok(())
 }

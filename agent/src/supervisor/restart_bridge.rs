@@ -1,15 +1,13 @@
 //! Any restart of `localdns.service` — an operator's `systemctl restart localdns` as much as the
 //! agent's planned ones — with something answering on the listeners throughout. The unit's
-//! `ExecStop=` runs [`before_stop`]: only when the stop is the first half of a restart job or
-//! systemd stops the unit to restart it after the supervisor died ([`Stopping::Crashed`]: its
-//! CoreDNS still answers while `ExecStop=` runs), the bridge is not running already (the agent's
-//! restart starts it itself) and something holds the listeners, it starts
-//! `localdns-bridge.service`, waits until the bridge's CoreDNS holds each listener beside the
-//! running one, and leaves [`MARKER`]. The unit's `ExecStartPost=` runs
+//! `ExecStop=` runs [`before_stop`]: only when the stop is the first half of a restart job, the
+//! bridge is not running already (the agent's restart starts it itself) and something holds the
+//! listeners, it starts `localdns-bridge.service`, waits until the bridge's CoreDNS holds each
+//! listener beside the running one, and leaves [`MARKER`]. The unit's `ExecStartPost=` runs
 //! [`after_start`]: with the marker there, it waits until the new CoreDNS holds the listeners beside
 //! the bridge and stops the bridge. Both run as root (`+`) and never fail the unit (`-`); what
-//! they did goes to the journal. A plain stop (LocalDNS turned off, reset, shutdown) starts no
-//! bridge.
+//! they did goes to the journal. A plain stop (LocalDNS turned off, reset, shutdown) and systemd's
+//! own restart after a crash start no bridge.
 
 use std::net::Ipv4Addr;
 use std::path::Path;
@@ -60,58 +58,6 @@ pub enum BridgeError {
 /// A listener with the number of UDP and of TCP sockets bound to its port 53.
 pub type Held = (Ipv4Addr, (usize, usize));
 
-/// Why `localdns.service` stops, as its `ExecStop=` sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stopping {
-    /// The stop half of a restart job (`systemctl restart`, the agent's restart).
-    Restart,
-    /// Its main process, the supervisor, died in a way `Restart=on-failure` answers (killed by a
-    /// signal other than SIGHUP/INT/TERM/PIPE, a core dump, the watchdog, a failing exit):
-    /// systemd starts the unit again once it stopped. CoreDNS still runs meanwhile (systemd kills
-    /// the rest of the unit after `ExecStop=`).
-    Crashed,
-    /// A plain stop (LocalDNS turned off, reset, shutdown) or an end systemd does not restart.
-    Stop,
-}
-
-/// Signals whose death `Restart=on-failure` takes for a clean end (systemd.service(5)).
-const CLEAN_SIGNALS: [&str; 4] = ["HUP", "INT", "TERM", "PIPE"];
-
-/// Why the unit stops: a restart job of it (a restart job keeps its type while its stop half
-/// runs, then becomes a start job), any other job of it (a stop), or else what systemd
-/// passes to `ExecStop=` about its main process (`$SERVICE_RESULT`, `$EXIT_STATUS`; unset while
-/// the main process still runs).
-pub fn why_stopping(
-    list_jobs: &str,
-    unit: &str,
-    service_result: Option<&str>,
-    exit_status: Option<&str>,
-) -> Stopping {
-    let jobs: Vec<&str> = list_jobs
-        .lines()
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            (fields.len() >= 3 && fields[1] == unit).then(|| fields[2])
-        })
-        .collect();
-    if jobs.contains(&"restart") {
-        return Stopping::Restart;
-    }
-    if !jobs.is_empty() {
-        return Stopping::Stop;
-    }
-    let restarted = match service_result {
-        Some("exit-code" | "core-dump" | "watchdog" | "timeout") => true,
-        Some("signal") => exit_status.is_some_and(|sig| !CLEAN_SIGNALS.contains(&sig)),
-        _ => false,
-    };
-    if restarted {
-        Stopping::Crashed
-    } else {
-        Stopping::Stop
-    }
-}
-
 /// What [`before_stop`] does, from what it sees.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BeforeStop {
@@ -119,20 +65,20 @@ pub enum BeforeStop {
     NotARestart,
     /// The bridge runs already (the agent's restart): it stops it too.
     AlreadyBridged,
-    /// Nothing holds this listener (any more): nothing to keep answering.
+    /// Nothing holds this listener yet: nothing to keep answering.
     NothingHeld(Ipv4Addr),
     /// Start the bridge.
     Bridge,
 }
 
-/// The decision of [`before_stop`] from why the unit stops, whether the bridge runs, and what
-/// holds each listener.
+/// The decision of [`before_stop`] from whether a restart job runs, whether the bridge does, and
+/// what holds each listener.
 pub fn decide_before_stop(
-    stopping: Stopping,
+    restart_job: bool,
     bridge_active: bool,
     held: &[(Ipv4Addr, (usize, usize))],
 ) -> BeforeStop {
-    if stopping == Stopping::Stop {
+    if !restart_job {
         return BeforeStop::NotARestart;
     }
     if bridge_active {
@@ -142,6 +88,15 @@ pub fn decide_before_stop(
         return BeforeStop::NothingHeld(*ip);
     }
     BeforeStop::Bridge
+}
+
+/// Whether `systemctl list-jobs --no-legend` output lists a restart job of `unit` (a restart job
+/// keeps its type while its stop half runs, then becomes a start job).
+pub fn restart_job_in(list_jobs: &str, unit: &str) -> bool {
+    list_jobs.lines().any(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        fields.len() >= 3 && fields[1] == unit && fields[2] == "restart"
+    })
 }
 
 fn systemctl(args: &[&str]) -> Result<std::process::Output, CommandFailed> {
@@ -184,18 +139,8 @@ pub fn wait_held(listeners: &[Ipv4Addr], wanted: usize, timeout: Duration) -> Re
 /// `ExecStop=`: starts the bridge for a restart (see the module); returns what it did.
 pub fn before_stop(listeners: &[Ipv4Addr]) -> Result<String, BridgeError> {
     let jobs = systemctl(&["list-jobs", "--no-legend", "--no-pager", SERVICE_UNIT])?;
-    let var = |name| std::env::var(name).ok();
-    let stopping = why_stopping(
-        &String::from_utf8_lossy(&jobs.stdout),
-        SERVICE_UNIT,
-        var("SERVICE_RESULT").as_deref(),
-        var("EXIT_STATUS").as_deref(),
-    );
-    let decision = decide_before_stop(stopping, is_active(BRIDGE_UNIT)?, &held_now(listeners)?);
-    let restart = match stopping {
-        Stopping::Crashed => "systemd's restart after the supervisor's end",
-        _ => "restarting",
-    };
+    let restart_job = restart_job_in(&String::from_utf8_lossy(&jobs.stdout), SERVICE_UNIT);
+    let decision = decide_before_stop(restart_job, is_active(BRIDGE_UNIT)?, &held_now(listeners)?);
     match decision {
         BeforeStop::NotARestart => Ok("a stop, not a restart: no bridge".into()),
         BeforeStop::AlreadyBridged => Ok(format!("{BRIDGE_UNIT} runs already")),
@@ -211,7 +156,7 @@ pub fn before_stop(listeners: &[Ipv4Addr]) -> Result<String, BridgeError> {
             let started = Instant::now();
             wait_held(listeners, 2, BOUND_TIMEOUT)?;
             Ok(format!(
-                "{BRIDGE_UNIT} holds the listeners beside CoreDNS after {:.1} s; {restart}",
+                "{BRIDGE_UNIT} holds the listeners beside CoreDNS after {:.1} s; restarting",
                 started.elapsed().as_secs_f64()
             ))
         }
@@ -249,61 +194,36 @@ mod tests {
     const CLUSTER: Ipv4Addr = Ipv4Addr::new(169, 254, 10, 11);
 
     #[test]
-    fn a_restart_or_a_crash_with_both_listeners_held_and_no_bridge_yet_starts_one() {
+    fn only_a_restart_with_both_listeners_held_and_no_bridge_yet_starts_one() {
         let held = [(NODE, (1, 1)), (CLUSTER, (1, 1))];
-        for why in [Stopping::Restart, Stopping::Crashed] {
-            assert_eq!(decide_before_stop(why, false, &held), BeforeStop::Bridge);
-            assert_eq!(decide_before_stop(why, true, &held), BeforeStop::AlreadyBridged);
-        }
-        assert_eq!(
-            decide_before_stop(Stopping::Stop, false, &held),
-            BeforeStop::NotARestart
-        );
+        assert_eq!(decide_before_stop(true, false, &held), BeforeStop::Bridge);
+        assert_eq!(decide_before_stop(false, false, &held), BeforeStop::NotARestart);
+        assert_eq!(decide_before_stop(true, true, &held), BeforeStop::AlreadyBridged);
         let cluster_free = [(NODE, (1, 1)), (CLUSTER, (1, 0))];
         assert_eq!(
-            decide_before_stop(Stopping::Restart, false, &cluster_free),
+            decide_before_stop(true, false, &cluster_free),
             BeforeStop::NothingHeld(CLUSTER)
         );
         let node_free = [(NODE, (0, 1)), (CLUSTER, (1, 1))];
         assert_eq!(
-            decide_before_stop(Stopping::Crashed, false, &node_free),
+            decide_before_stop(true, false, &node_free),
             BeforeStop::NothingHeld(NODE)
         );
     }
 
     #[test]
     fn a_restart_job_is_found_by_unit_and_type() {
-        let why = |jobs| why_stopping(jobs, "localdns.service", None, None);
         let restart = "4711 localdns.service restart running\n4712 kubelet.service restart waiting\n";
-        assert_eq!(why(restart), Stopping::Restart);
-        assert_eq!(why("4711 localdns.service stop running\n"), Stopping::Stop);
-        assert_eq!(
-            why("4712 localdns-bridge.service restart running\n"),
-            Stopping::Stop
-        );
-        assert_eq!(why(""), Stopping::Stop);
-    }
-
-    #[test]
-    fn a_supervisor_that_died_as_restart_on_failure_restarts_is_a_crash_unless_a_job_stops_it() {
-        let why = |jobs, result, status| why_stopping(jobs, "localdns.service", Some(result), Some(status));
-        for (result, status) in [
-            ("signal", "KILL"),
-            ("signal", "SEGV"),
-            ("core-dump", "ABRT"),
-            ("watchdog", "ABRT"),
-            ("exit-code", "4"),
-        ] {
-            assert_eq!(why("", result, status), Stopping::Crashed, "{result} {status}");
-            assert_eq!(
-                why("4711 localdns.service stop running\n", result, status),
-                Stopping::Stop,
-                "{result} {status} with a stop job"
-            );
-        }
-        for (result, status) in [("signal", "TERM"), ("signal", "INT"), ("success", "0")] {
-            assert_eq!(why("", result, status), Stopping::Stop, "{result} {status}");
-        }
+        assert!(restart_job_in(restart, "localdns.service"));
+        assert!(!restart_job_in(
+            "4711 localdns.service stop running\n",
+            "localdns.service"
+        ));
+        assert!(!restart_job_in(
+            "4712 localdns-bridge.service restart running\n",
+            "localdns.service"
+        ));
+        assert!(!restart_job_in("", "localdns.service"));
     }
 
     #[test]
