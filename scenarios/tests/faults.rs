@@ -107,10 +107,11 @@ fn active_coredns(node: &JoinedNode) -> anyhow::Result<String> {
 
 /// The node's pid of the process named `name` whose pid in the machine's own pid namespace is
 /// `machine_pid` (the machine's systemd and the supervisor name pids as the machine sees them;
-/// `NSpid:` in /proc lists both).
+/// `NSpid:` in /proc lists both). A process `pgrep` found may be gone before its status is read
+/// (the unit's short-lived `ExecStartPost=` helper has the supervisor's name): skipped.
 fn node_pid_of(node: &JoinedNode, name: &str, machine_pid: &str) -> anyhow::Result<Option<String>> {
     let out = node.vm.run(&format!(
-        "for p in $(pgrep -x {name}); do awk -v p=$p '/^NSpid:/ {{print p, $NF}}' /proc/$p/status; done"
+        "for p in $(pgrep -x {name}); do awk -v p=$p '/^NSpid:/ {{print p, $NF}}' /proc/$p/status 2>/dev/null; done; true"
     ))?;
     Ok(out
         .lines()
