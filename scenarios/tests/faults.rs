@@ -29,7 +29,7 @@ use std::time::Duration;
 use anyhow::{Context, bail, ensure};
 use harness::lab::DnsFailure;
 use scenarios::cluster::wait_node_ready;
-use scenarios::dns::{NODE_LISTENER, in_machine};
+use scenarios::dns::{CLUSTER_LISTENER, NODE_LISTENER, in_machine};
 use scenarios::listener_probe::ListenerProbe;
 use scenarios::metrics::scrape_from_lab;
 use scenarios::node::JoinedNode;
@@ -155,8 +155,16 @@ fn fault_then_recovery(
     pid: &str,
     coredns_before: &str,
 ) -> anyhow::Result<(u64, String)> {
+    // A stopped CoreDNS is not gone, so the wait asks nothing until it is; a node's clients keep
+    // asking meanwhile: one TCP connection to each listener (bash's `/dev/tcp`, no process) waits
+    // in its accept queue, as a stub resolver's would.
+    let clients = if signal == "STOP" {
+        format!("exec {{c1}}<>/dev/tcp/{NODE_LISTENER}/53 {{c2}}<>/dev/tcp/{CLUSTER_LISTENER}/53\n")
+    } else {
+        String::new()
+    };
     let script = format!(
-        "set -eu\nold={coredns_before}\nkill -{signal} {pid}\nt0={NOW_NS}\n{}",
+        "set -eu\nold={coredns_before}\nkill -{signal} {pid}\nt0={NOW_NS}\n{clients}{}",
         wait_both_answer(RECOVERY_LIMIT_S)
     );
     let out = node
