@@ -9,8 +9,8 @@
 //!   asked gets no address, and names resolve again once the upstream answers;
 //! * the supervisor killed with SIGKILL: systemd starts `localdns.service` again and both
 //!   listeners answer;
-//! * CoreDNS hung with SIGSTOP: the recovery wait's queries wait on its sockets while it uses no
-//!   CPU, and the supervisor (the same process) kills it and the standby takes over; both
+//! * CoreDNS hung with SIGSTOP, a client connected to each listener: the connections wait on its
+//!   sockets while it uses no CPU, and the supervisor (the same process) kills it and the standby takes over; both
 //!   listeners answer it;
 //! * an operator's `systemctl restart localdns`: the unit's own bridge (`localdns-bridge.service`,
 //!   started by its `ExecStop=`, stopped by its `ExecStartPost=`) answers meanwhile, and a `dig`
