@@ -209,8 +209,8 @@ fn listeners_bound(settings: &Settings) -> Result<(), String> {
 /// A hung CoreDNS (alive, answering nothing: SIGSTOP, a deadlock) is found two ways. As soon as
 /// clients wait: queries sitting in its listener sockets at every look for `stuck_after` (1 s)
 /// while it uses no CPU time ([`stuck`]) get it killed at once. Without clients, by the health
-/// checks (whose own query then waits too): a failed check is repeated after [`RECHECK`], and after `hung_after_failed_checks` failures in
-/// a row (3; [`Settings`]) CoreDNS is killed with SIGKILL and started again as after a crash —
+/// checks (whose own query then waits too): a failed check is repeated after [`RECHECK`], and
+/// after `hung_after_failed_checks` failures in a row (3; [`Settings`]) CoreDNS is killed with SIGKILL and started again as after a crash —
 /// without waiting for systemd's watchdog to restart the whole unit: a CoreDNS that answers
 /// neither `/ready` nor its own health name for that long serves nobody. Every failed check counts
 /// towards the failure rule, so a CoreDNS that keeps hanging ends in a restart of the unit.
