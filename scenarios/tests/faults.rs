@@ -10,8 +10,8 @@
 //! * the supervisor killed with SIGKILL: systemd starts `localdns.service` again and both
 //!   listeners answer;
 //! * CoreDNS hung with SIGSTOP, a client connected to each listener: the connections wait on its
-//!   sockets while it uses no CPU, and the supervisor (the same process) kills it and the standby takes over; both
-//!   listeners answer it;
+//!   sockets while it uses no CPU, the supervisor (the same process) kills it and the standby
+//!   takes over; both listeners answer it;
 //! * an operator's `systemctl restart localdns`: the unit's own bridge (`localdns-bridge.service`,
 //!   started by its `ExecStop=`, stopped by its `ExecStartPost=`) answers meanwhile, and a `dig`
 //!   loop on both listeners throughout the restart gets every answer;
@@ -295,9 +295,6 @@ fn upstream_gone(node: &JoinedNode) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The line the new supervisor's `ExecStartPost=` writes once it stopped a restart's bridge.
-const BRIDGE_STOPPED: &str = "the new CoreDNS holds the listeners; stopped localdns-bridge.service";
-
 /// `localdns.service`'s journal in the machine since `since` (seconds since the epoch).
 fn localdns_journal_since(node: &JoinedNode, since: &str) -> anyhow::Result<String> {
     Ok(node
@@ -309,12 +306,15 @@ fn localdns_journal_since(node: &JoinedNode, since: &str) -> anyhow::Result<Stri
         .stdout_text())
 }
 
-/// Checks that a restart of `localdns.service` since `since` was bridged: the unit's journal has
-/// `started` (what its `ExecStop=` said after starting the bridge) and [`BRIDGE_STOPPED`], and the
-/// bridge is inactive again. Returns the journal.
-fn ensure_bridged(node: &JoinedNode, since: &str, started: &str) -> anyhow::Result<String> {
+/// Checks that a restart of `localdns.service` since `since` was bridged: the unit's journal says
+/// its `ExecStop=` started the bridge and its `ExecStartPost=` stopped it, and the bridge is
+/// inactive again.
+fn ensure_bridged(node: &JoinedNode, since: &str) -> anyhow::Result<()> {
     let journal = localdns_journal_since(node, since)?;
-    for line in [started, BRIDGE_STOPPED] {
+    for line in [
+        "localdns-bridge.service holds the listeners beside CoreDNS after",
+        "the new CoreDNS holds the listeners; stopped localdns-bridge.service",
+    ] {
         ensure!(
             journal.contains(line),
             "the restart's journal has no {line:?}:\n{journal}"
@@ -326,7 +326,7 @@ fn ensure_bridged(node: &JoinedNode, since: &str, started: &str) -> anyhow::Resu
         "localdns-bridge.service is {:?} after the restart, not inactive",
         bridge.trim()
     );
-    Ok(journal)
+    Ok(())
 }
 
 /// The supervisor SIGKILLed: systemd restarts `localdns.service` (`Restart=on-failure`,
@@ -553,11 +553,7 @@ fn operator_restart(node: &JoinedNode) -> anyhow::Result<()> {
         code == Some(0),
         "systemctl restart localdns.service: {code:?} {out}"
     );
-    ensure_bridged(
-        node,
-        &since,
-        "localdns-bridge.service holds the listeners beside CoreDNS after",
-    )?;
+    ensure_bridged(node, &since)?;
     probed.ensure_every_lookup_answered("an operator's systemctl restart localdns")?;
     eprintln!(
         "==> systemctl restart localdns by hand ({:.1} s): bridged by the unit, {} lookups of both listeners meanwhile, all answered",
