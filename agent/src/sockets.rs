@@ -89,21 +89,23 @@ pub fn parse_waiting(proto: &'static str, text: &str, ips: &[Ipv4Addr], port: u1
 pub fn waiting_on(ips: &[Ipv4Addr], port: u16) -> Result<Vec<Waiting>, String> {
     let mut all = Vec::new();
     for proto in ["tcp", "udp"] {
-        let path = format!("/proc/thread-self/net/{proto}");
-        let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {path}: {e}"))?;
-        all.extend(parse_waiting(proto, &text, ips, port));
+        all.extend(parse_waiting(proto, &read_proc_net(proto)?, ips, port));
     }
     Ok(all)
+}
+
+/// `/proc/thread-self/net/<proto>`: `/proc/net` follows the main thread, which may be in another
+/// network namespace than this thread.
+fn read_proc_net(proto: &str) -> Result<String, String> {
+    let path = format!("/proc/thread-self/net/{proto}");
+    std::fs::read_to_string(&path).map_err(|e| format!("cannot read {path}: {e}"))
 }
 
 /// Every listening TCP and bound UDP socket of this thread's network namespace.
 pub fn bound_sockets() -> Result<Vec<Bound>, String> {
     let mut all = Vec::new();
     for proto in ["tcp", "udp"] {
-        // `thread-self`: `/proc/net` follows the main thread, which may be in another namespace.
-        let path = format!("/proc/thread-self/net/{proto}");
-        let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {path}: {e}"))?;
-        all.extend(parse_proc_net(proto, &text));
+        all.extend(parse_proc_net(proto, &read_proc_net(proto)?));
     }
     Ok(all)
 }
