@@ -5,9 +5,10 @@
 //! (its pid; the standby's `oom_score_adj` is 1000, the one that took over has the supervisor's),
 //! without one from a new CoreDNS — under the same supervisor. The time from each kill
 //! until both answer is printed (min/median/max; the figures are in docs/perf.md). A hung CoreDNS
-//! (SIGSTOP) with lookups coming is killed by the supervisor once they wait on its sockets while it
-//! uses no CPU (or, with that rule off, after three failed checks in a row) and the standby takes
-//! over. A CoreDNS that cannot start again (its Corefile broken meanwhile) is tried three times,
+//! with lookups coming is killed by the supervisor and the standby takes over: stopped with SIGSTOP
+//! (state `T`), once they wait on its sockets at two looks; stopped by a tracer the way a debugger
+//! does (state `t`, every thread), once they waited 1 s while it used no CPU; with that rule off,
+//! after three failed checks in a row. A CoreDNS that cannot start again (its Corefile broken meanwhile) is tried three times,
 //! then ends the supervisor with CoreDNS's exit status, for systemd to restart the unit — with a
 //! standby too, whose reload of the broken Corefile fails first.
 //!
@@ -400,17 +401,78 @@ fn a_standby_that_cannot_take_over_is_given_up_and_the_supervisor_ends_with_core
 /// How the supervisor finds a hung CoreDNS.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum HungBy {
-    /// Queries wait on its listener sockets while it uses no CPU (the default, 1 s).
-    WaitingQueries,
-    /// Three failed health checks in a row (`LOCALDNS_STUCK_AFTER_MS=0`).
+    /// SIGSTOP; queries wait on its listener sockets at two looks while it is stopped (state `T`).
+    WaitingOnAStoppedProcess,
+    /// Every thread stopped by a tracer (state `t`, as under a debugger); queries wait on its
+    /// listener sockets for 1 s while it uses no CPU.
+    WaitingWithNoCpuUsed,
+    /// SIGSTOP, the queue rule off (`LOCALDNS_STUCK_AFTER_MS=0`): three failed health checks in a
+    /// row.
     FailedChecks,
 }
 
-/// SIGSTOP to the serving CoreDNS while lookups keep coming (every 20 ms, as the clients of a
-/// node): the supervisor kills it and the standby takes over, found by `by`.
+/// Stops every thread of `pid` the way a debugger does (`PTRACE_SEIZE` + `PTRACE_INTERRUPT`:
+/// state `t`, not `T`) from a thread that stays their tracer and collects their stops until they
+/// exit (the supervisor's SIGKILL), so that the supervisor can reap CoreDNS after.
+fn stop_as_a_debugger(pid: i32) {
+    use nix::sys::ptrace;
+    use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+    let (seized, stopped) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut traced = std::collections::BTreeSet::new();
+        // Threads started meanwhile are caught by the next pass; a stopped one starts none.
+        loop {
+            let tasks: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+                .unwrap()
+                .filter_map(|t| t.ok()?.file_name().to_str()?.parse().ok())
+                .filter(|tid| !traced.contains(tid))
+                .collect();
+            if tasks.is_empty() {
+                break;
+            }
+            for tid in tasks {
+                let task = Pid::from_raw(tid);
+                ptrace::seize(task, ptrace::Options::empty()).unwrap();
+                ptrace::interrupt(task).unwrap();
+                traced.insert(tid);
+            }
+        }
+        seized.send(traced.clone()).unwrap();
+        // The leader (tid = pid) last: its exit is reported once the other threads are reaped.
+        let (leader, others): (Vec<i32>, Vec<i32>) = traced.into_iter().partition(|tid| *tid == pid);
+        for tid in others.into_iter().chain(leader) {
+            while let Ok(status) = waitpid(Pid::from_raw(tid), Some(WaitPidFlag::__WALL)) {
+                if matches!(status, WaitStatus::Exited(..) | WaitStatus::Signaled(..)) {
+                    break;
+                }
+            }
+        }
+    });
+    let traced = stopped.recv().unwrap();
+    // Every thread reads `t` once the interrupts took effect.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for tid in traced {
+        let state = || {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).unwrap_or_default();
+            stat.rfind(')')
+                .and_then(|end| stat[end + 1..].split_whitespace().next().map(str::to_string))
+        };
+        while state().as_deref() != Some("t") {
+            assert!(
+                Instant::now() < deadline,
+                "thread {tid} of CoreDNS {pid} is not trace-stopped: {:?}",
+                state()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+/// The serving CoreDNS hung while lookups keep coming (every 20 ms, as the clients of a node):
+/// the supervisor kills it and the standby takes over, found by `by`.
 fn a_hung_coredns(by: HungBy) {
     let env: &[(&str, &str)] = match by {
-        HungBy::WaitingQueries => &[],
+        HungBy::WaitingOnAStoppedProcess | HungBy::WaitingWithNoCpuUsed => &[],
         HungBy::FailedChecks => &[("LOCALDNS_STUCK_AFTER_MS", "0")],
     };
     let mut s = Supervised::start_with(Standby::On, env);
@@ -418,8 +480,11 @@ fn a_hung_coredns(by: HungBy) {
     let supervisor_pid = s.supervisor.0.id();
     let pid = s.coredns_pid();
     let standby = s.standby_pid();
-    // SIGSTOP: the process lives on, its sockets stay bound, nothing answers.
-    kill(Pid::from_raw(pid), Signal::SIGSTOP).unwrap();
+    // The process lives on, its sockets stay bound, nothing answers.
+    match by {
+        HungBy::WaitingWithNoCpuUsed => stop_as_a_debugger(pid),
+        _ => kill(Pid::from_raw(pid), Signal::SIGSTOP).unwrap(),
+    }
     let hung = Instant::now();
     assert!(!s.both_answer(), "a stopped CoreDNS still answered\n{}", s.log());
     // The first failing regular check comes within one interval (12 s without a watchdog), then
@@ -452,32 +517,50 @@ fn a_hung_coredns(by: HungBy) {
     assert_eq!(s.supervisor.0.id(), supervisor_pid);
     assert!(s.supervisor().try_wait().unwrap().is_none(), "{}", s.log());
     let log = s.log();
-    let (said, not_said) = (
-        "on CoreDNS's listener sockets while it used no CPU: taking it for hung, killing it",
-        format!(
-            "CoreDNS failed {} health checks in a row: taking it for hung, killing it",
-            agent::supervisor::settings::DEFAULT_HUNG_AFTER_FAILED_CHECKS
+    let rules = [
+        (
+            HungBy::WaitingOnAStoppedProcess,
+            "on CoreDNS's listener sockets while it was stopped (state T): taking it for hung, killing it"
+                .to_string(),
         ),
-    );
-    let (said, not_said) = match by {
-        HungBy::WaitingQueries => (said.to_string(), not_said),
-        HungBy::FailedChecks => (not_said, said.to_string()),
-    };
-    assert!(log.contains(&said), "{by:?}: no {said:?} in\n{log}");
-    assert!(!log.contains(&not_said), "{by:?}: {not_said:?} in\n{log}");
+        (
+            HungBy::WaitingWithNoCpuUsed,
+            "on CoreDNS's listener sockets while it used no CPU: taking it for hung, killing it".to_string(),
+        ),
+        (
+            HungBy::FailedChecks,
+            format!(
+                "CoreDNS failed {} health checks in a row: taking it for hung, killing it",
+                agent::supervisor::settings::DEFAULT_HUNG_AFTER_FAILED_CHECKS
+            ),
+        ),
+    ];
+    for (rule, line) in rules {
+        assert_eq!(
+            log.contains(&line),
+            rule == by,
+            "{by:?}: {line:?} said: {}\n{log}",
+            rule == by
+        );
+    }
     assert_eq!(
         log.matches("CoreDNS exited; the standby takes over").count(),
         1,
         "{log}"
     );
     eprintln!(
-        "CoreDNS hung (SIGSTOP), found by {by:?}: both listeners answered the standby that took over after {took:.1?}"
+        "CoreDNS hung, found by {by:?}: both listeners answered the standby that took over after {took:.1?}"
     );
 }
 
 #[test]
-fn a_hung_coredns_that_clients_wait_on_is_killed_and_the_standby_takes_over_under_the_same_supervisor() {
-    a_hung_coredns(HungBy::WaitingQueries);
+fn a_stopped_coredns_that_clients_wait_on_is_killed_and_the_standby_takes_over_under_the_same_supervisor() {
+    a_hung_coredns(HungBy::WaitingOnAStoppedProcess);
+}
+
+#[test]
+fn a_coredns_that_clients_wait_on_and_that_uses_no_cpu_is_killed_and_the_standby_takes_over() {
+    a_hung_coredns(HungBy::WaitingWithNoCpuUsed);
 }
 
 #[test]

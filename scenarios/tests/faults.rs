@@ -10,8 +10,9 @@
 //! * the supervisor killed with SIGKILL: systemd starts `localdns.service` again and both
 //!   listeners answer;
 //! * CoreDNS hung with SIGSTOP, a client connected to each listener: the connections wait on its
-//!   sockets while it uses no CPU, the supervisor (the same process) kills it and the standby
-//!   takes over; both listeners answer it;
+//!   sockets while the kernel shows it stopped, the supervisor (the same process) kills it and the
+//!   standby takes over; both listeners answer it (the supervisor's lines printed with their
+//!   times);
 //! * an operator's `systemctl restart localdns`: the unit's own bridge (`localdns-bridge.service`,
 //!   started by its `ExecStop=`, stopped by its `ExecStartPost=`) answers meanwhile, and a `dig`
 //!   loop on both listeners throughout the restart gets every answer;
@@ -359,15 +360,25 @@ fn coredns_hung(node: &JoinedNode) -> anyhow::Result<()> {
         after == supervisor,
         "the supervisor should kill the hung CoreDNS itself, but localdns.service was restarted (supervisor {supervisor} -> {after})"
     );
-    // The recovery wait's own queries waited on the stopped CoreDNS: the supervisor's queue rule,
-    // not three failed checks, found it.
+    // The clients' connections waited on the stopped CoreDNS: the supervisor's queue rule for a
+    // stopped process, not the 1 s rule or three failed checks, found it.
     let journal = localdns_journal_since(node, &since)?;
     ensure!(
-        journal.contains("on CoreDNS's listener sockets while it used no CPU: taking it for hung"),
+        journal.contains("on CoreDNS's listener sockets while it was stopped (state T): taking it for hung"),
         "the supervisor did not take the stopped CoreDNS for hung by its waiting queries:\n{journal}"
     );
+    // The supervisor's own account, with its times: the kill, the exit, the standby healthy.
+    let steps: Vec<&str> = journal
+        .lines()
+        .filter(|l| {
+            ["taking it for hung", "CoreDNS exited;", "healthy again"]
+                .iter()
+                .any(|k| l.contains(k))
+        })
+        .collect();
     eprintln!(
-        "==> CoreDNS hung (SIGSTOP): queries waited on it while it used no CPU, the supervisor killed it, both listeners answered the standby that took over after {ms} ms"
+        "==> CoreDNS hung (SIGSTOP): queries waited on it while it was stopped, the supervisor killed it, both listeners answered the standby that took over after {ms} ms; the supervisor's lines:\n{}",
+        steps.join("\n")
     );
     Ok(())
 }

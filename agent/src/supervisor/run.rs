@@ -208,7 +208,8 @@ fn listeners_bound(settings: &Settings) -> Result<(), String> {
 ///
 /// A hung CoreDNS (alive, answering nothing: SIGSTOP, a deadlock) is found two ways. As soon as
 /// clients wait: queries sitting in its listener sockets at every look for `stuck_after` (1 s)
-/// while it uses no CPU time ([`stuck`]) get it killed at once. Without clients, by the health
+/// while it uses no CPU time, or at two looks in a row while the kernel shows it stopped
+/// ([`stuck`]), get it killed at once. Without clients, by the health
 /// checks (whose own query then waits too): a failed check is repeated after [`RECHECK`], and
 /// after `hung_after_failed_checks` failures in a row (3; [`Settings`]) CoreDNS is killed with SIGKILL and started again as after a crash —
 /// without waiting for systemd's watchdog to restart the whole unit: a CoreDNS that answers
@@ -321,11 +322,9 @@ pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
                 let now = tokio::time::Instant::now();
                 next_look = settings.stuck_poll().map(|poll| now + poll);
                 let (Some(pid), Some(after)) = (child.id(), settings.stuck_after) else { continue };
-                if let Some(waited) = stuck_watch.observe(stuck::look(pid, settings), now, after) {
+                if let Some(stuck) = stuck_watch.observe(stuck::look(pid, settings), now, after) {
                     stuck_watch.reset();
-                    let why = format!(
-                        "queries waited {waited:.1?} on CoreDNS's listener sockets while it used no CPU: taking it for hung, killing it"
-                    );
+                    let why = format!("{stuck}: taking it for hung, killing it");
                     tracing::error!("{why}");
                     notify::status(&why);
                     failed_in_a_row = 0;
