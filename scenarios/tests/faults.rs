@@ -296,15 +296,27 @@ fn upstream_gone(node: &JoinedNode) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `localdns.service`'s journal in the machine since `since` (seconds since the epoch).
+/// `localdns.service`'s journal in the machine since `since` (seconds since the epoch), each line
+/// with its time.
 fn localdns_journal_since(node: &JoinedNode, since: &str) -> anyhow::Result<String> {
     Ok(node
         .vm
         .run_unchecked(&in_machine(
             MACHINE,
-            &format!("journalctl -u localdns.service --since @{since} -o cat --no-pager"),
+            &format!("journalctl -u localdns.service --since @{since} -o short-precise --no-pager"),
         ))?
         .stdout_text())
+}
+
+/// The lines of `localdns.service`'s journal since `since` that hold one of `keys`, with their
+/// times (systemd's own lines about the unit too).
+fn localdns_timeline_since(node: &JoinedNode, since: &str, keys: &[&str]) -> anyhow::Result<String> {
+    Ok(localdns_journal_since(node, since)?
+        .lines()
+        .filter(|line| keys.iter().any(|key| line.contains(key)))
+        .map(|line| line.chars().take(220).collect::<String>())
+        .collect::<Vec<_>>()
+        .join("\n"))
 }
 
 /// Checks that a restart of `localdns.service` since `since` was bridged: the unit's journal says
@@ -336,11 +348,24 @@ fn ensure_bridged(node: &JoinedNode, since: &str) -> anyhow::Result<()> {
 fn supervisor_killed(node: &JoinedNode) -> anyhow::Result<()> {
     let supervisor = supervisor_pid(node)?;
     let coredns = active_coredns(node)?;
+    let since = node.vm.run("date +%s")?.trim().to_string();
     let (ms, _) = fault_then_recovery(node, "KILL", &supervisor, &coredns)?;
     let again = supervisor_pid(node)?;
     ensure!(again != supervisor, "the supervisor is still pid {supervisor}");
+    // Where the time goes: systemd's restart delay (`RestartSec=2`), then the new CoreDNS's start.
+    let steps = localdns_timeline_since(
+        node,
+        &since,
+        &[
+            "Main process exited",
+            "Scheduled restart job",
+            "Started ",
+            "starting CoreDNS",
+            "CoreDNS healthy on",
+        ],
+    )?;
     eprintln!(
-        "==> the supervisor SIGKILLed: systemd started localdns.service again, both listeners answered after {ms} ms"
+        "==> the supervisor SIGKILLed: systemd started localdns.service again, both listeners answered after {ms} ms; the unit's lines:\n{steps}"
     );
     Ok(())
 }
@@ -367,18 +392,13 @@ fn coredns_hung(node: &JoinedNode) -> anyhow::Result<()> {
         journal.contains("on CoreDNS's listener sockets while it was stopped (state T): taking it for hung"),
         "the supervisor did not take the stopped CoreDNS for hung by its waiting queries:\n{journal}"
     );
-    // The supervisor's own account, with its times: the kill, the exit, the standby healthy.
-    let steps: Vec<&str> = journal
-        .lines()
-        .filter(|l| {
-            ["taking it for hung", "CoreDNS exited;", "healthy again"]
-                .iter()
-                .any(|k| l.contains(k))
-        })
-        .collect();
+    let steps = localdns_timeline_since(
+        node,
+        &since,
+        &["taking it for hung", "CoreDNS exited;", "healthy again"],
+    )?;
     eprintln!(
-        "==> CoreDNS hung (SIGSTOP): queries waited on it while it was stopped, the supervisor killed it, both listeners answered the standby that took over after {ms} ms; the supervisor's lines:\n{}",
-        steps.join("\n")
+        "==> CoreDNS hung (SIGSTOP): queries waited on it while it was stopped, the supervisor killed it, both listeners answered the standby that took over after {ms} ms; the supervisor's lines:\n{steps}"
     );
     Ok(())
 }
@@ -517,15 +537,11 @@ fn coredns_at_memory_max(node: &JoinedNode) -> anyhow::Result<()> {
         .vm
         .run_unchecked("journalctl -k -o cat | grep -E 'Killed process [0-9]+ \\(' | tail -n 5")?
         .stdout_text();
-    let supervisor_said = node
-        .vm
-        .run_unchecked(&in_machine(
-            MACHINE,
-            &format!(
-                "sh -c \"journalctl -u localdns.service --since @{since} -o cat --no-pager | grep -E 'hung|exited|healthy again|killed by the OOM' | cut -c1-220\""
-            ),
-        ))?
-        .stdout_text();
+    let supervisor_said = localdns_timeline_since(
+        node,
+        &since,
+        &["hung", "exited", "healthy again", "killed by the OOM"],
+    )?;
     let after = active_coredns(node)?;
     ensure!(after != coredns, "CoreDNS {coredns} still holds the listeners");
     ensure!(
