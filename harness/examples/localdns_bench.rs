@@ -87,20 +87,6 @@ impl Run {
     }
 }
 
-/// Clock ticks per second, the unit of utime and stime in `/proc/<pid>/stat`.
-fn clock_ticks() -> Result<u64> {
-    // SAFETY: sysconf reads a constant of the system; no memory of ours is involved.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    u64::try_from(ticks)
-        .ok()
-        .filter(|&t| t > 0)
-        .ok_or_else(|| anyhow!("sysconf(_SC_CLK_TCK) returned {ticks}"))
-}
-
-fn millicores(ticks: u64, clk_tck: u64, seconds: f64) -> f64 {
-    ticks as f64 / clk_tck as f64 / seconds * 1000.0
-}
-
 fn mib(kib: u64) -> f64 {
     kib as f64 / 1024.0
 }
@@ -384,27 +370,6 @@ fn load(lab: &Lab, pid: i32, duration: Duration, threads: usize) -> Result<Run> 
     })
 }
 
-/// Takes the main thread back to the network namespace it started in, on drop. [`Lab::build`]
-/// moves the calling thread into the node namespace, and dropping the [`Lab`] kills every process
-/// `ip netns pids` finds there: this one too (exit 137, the node namespace left behind), unless it
-/// left first.
-struct BackHome(std::fs::File);
-
-impl BackHome {
-    /// The calling thread's namespace now.
-    fn here() -> Result<std::fs::File> {
-        std::fs::File::open("/proc/thread-self/ns/net").context("opening /proc/thread-self/ns/net")
-    }
-}
-
-impl Drop for BackHome {
-    fn drop(&mut self) {
-        if let Err(e) = nix::sched::setns(&self.0, nix::sched::CloneFlags::CLONE_NEWNET) {
-            eprintln!("could not go back to the starting network namespace: {e}");
-        }
-    }
-}
-
 /// What serves the node listener now.
 enum Serving {
     Ours(Proc),
@@ -436,7 +401,7 @@ fn main() -> Result<()> {
         .binary;
     // Fails now, naming the build command, rather than after the lab is up.
     supervisor_binary();
-    let home = BackHome::here()?;
+    let home = BackHome::here().context("opening /proc/thread-self/ns/net")?;
     // This host's kernel may lack dummy links: the listeners go on `lo` (the tests use the link).
     let lab = Lab::build(true, Listeners::Loopback, coredns);
     // Declared after `lab`, so dropped (back home) before it, on errors too.

@@ -18,7 +18,7 @@ use super::{Settings, notify, probe};
 
 /// How often the listeners are polled while CoreDNS starts (after a crash, the wait between
 /// CoreDNS listening and DNS counted as back). Until both listeners have their sockets the poll
-/// only reads `/proc/net` ([`listeners_bound`]): four probes every 50 ms took a quarter of an
+/// only asks the kernel for the bound sockets ([`listeners_bound`]): four probes every 50 ms took a quarter of an
 /// emulated CPU from the CoreDNS taking over.
 const START_POLL: Duration = Duration::from_millis(50);
 /// How many times in a row a CoreDNS started again after a crash may exit before it is healthy
@@ -178,8 +178,8 @@ async fn until_healthy(
     }
 }
 
-/// Whether both listeners have a UDP and a TCP socket on port 53 (cheap: `/proc/net`, no
-/// packet); `Err` names what is missing. Unreadable `/proc/net` counts as bound: the probes decide.
+/// Whether both listeners have a UDP and a TCP socket on port 53 (cheap: a `sock_diag` dump, no
+/// packet); `Err` names what is missing. A failed dump counts as bound: the probes decide.
 fn listeners_bound(settings: &Settings) -> Result<(), String> {
     let Ok(bound) = crate::sockets::bound_sockets() else {
         return Ok(());

@@ -6,7 +6,7 @@
 //! (state `T`: SIGSTOP, SIGTSTP) with queries waiting at two looks in a row is taken for hung
 //! without the full wait: a stopped process cannot serve until someone continues it. A tracer's
 //! stop (state `t`, a debugger) is left to the CPU rule. This needs no packet of ours (no probe,
-//! no conntrack entry): `/proc/net/{udp,tcp}`, `/proc/<pid>/fd` and `/proc/<pid>/stat` only, and
+//! no conntrack entry): a `sock_diag` dump ([`crate::sockets`]), `/proc/<pid>/fd` and `/proc/<pid>/stat` only, and
 //! it acts as soon as clients wait instead of after three failed health checks.
 
 use std::collections::HashSet;
@@ -129,7 +129,8 @@ fn socket_inodes(pid: u32) -> HashSet<u64> {
 }
 
 /// One look at CoreDNS `pid`: whether one of its listener sockets has something waiting, and its
-/// CPU time. Reads `/proc/net` first and the process only when something waits on a listener.
+/// CPU time. Asks the kernel for the listeners' sockets first ([`crate::sockets::waiting_on`]) and
+/// reads the process only when something waits on one.
 pub fn look(pid: u32, settings: &Settings) -> Look {
     let waiting = crate::sockets::waiting_on(&settings.listeners(), DNS_PORT).unwrap_or_default();
     if waiting.is_empty() {

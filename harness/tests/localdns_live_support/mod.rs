@@ -540,3 +540,38 @@ impl NotifySocket {
         Err(seen)
     }
 }
+
+/// Takes the main thread back to the network namespace it started in, on drop. [`Lab::build`]
+/// moves the calling thread into the node namespace, and dropping the [`Lab`] kills every process
+/// `ip netns pids` finds there: this one too (exit 137, the node namespace left behind), unless it
+/// left first.
+pub struct BackHome(pub std::fs::File);
+
+impl BackHome {
+    /// The calling thread's namespace now.
+    pub fn here() -> std::io::Result<std::fs::File> {
+        std::fs::File::open("/proc/thread-self/ns/net")
+    }
+}
+
+impl Drop for BackHome {
+    fn drop(&mut self) {
+        if let Err(e) = nix::sched::setns(&self.0, nix::sched::CloneFlags::CLONE_NEWNET) {
+            eprintln!("could not go back to the starting network namespace: {e}");
+        }
+    }
+}
+
+/// Clock ticks per second, the unit of utime and stime in `/proc/<pid>/stat`.
+pub fn clock_ticks() -> anyhow::Result<u64> {
+    // SAFETY: sysconf reads a constant of the system; no memory of ours is involved.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    u64::try_from(ticks)
+        .ok()
+        .filter(|&t| t > 0)
+        .ok_or_else(|| anyhow::anyhow!("sysconf(_SC_CLK_TCK) returned {ticks}"))
+}
+
+pub fn millicores(ticks: u64, clk_tck: u64, seconds: f64) -> f64 {
+    ticks as f64 / clk_tck as f64 / seconds * 1000.0
+}
