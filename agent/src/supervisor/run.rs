@@ -18,8 +18,8 @@ use super::{Settings, notify, probe};
 
 /// How often the listeners are polled while CoreDNS starts (after a crash, the wait between
 /// CoreDNS listening and DNS counted as back). Until both listeners have their sockets the poll
-/// only asks the kernel for the bound sockets ([`listeners_bound`]): four probes every 50 ms took a quarter of an
-/// emulated CPU from the CoreDNS taking over.
+/// only asks the kernel for the bound sockets ([`listeners_bound`]): four probes every 50 ms took
+/// a quarter of an emulated CPU from the CoreDNS taking over.
 const START_POLL: Duration = Duration::from_millis(50);
 /// How many times in a row a CoreDNS started again after a crash may exit before it is healthy
 /// before the supervisor ends (and systemd restarts the unit).
@@ -209,9 +209,10 @@ fn listeners_bound(settings: &Settings) -> Result<(), String> {
 /// A hung CoreDNS (alive, answering nothing: SIGSTOP, a deadlock) is found two ways. As soon as
 /// clients wait: queries sitting in its listener sockets at every look for `stuck_after` (1 s)
 /// while it uses no CPU time, or at two looks in a row while the kernel shows it stopped
-/// ([`stuck`]), get it killed at once. Without clients, by the health
-/// checks (whose own query then waits too): a failed check is repeated after [`RECHECK`], and
-/// after `hung_after_failed_checks` failures in a row (3; [`Settings`]) CoreDNS is killed with SIGKILL and started again as after a crash —
+/// ([`stuck`]), get it killed at once. Without clients, by the health checks (whose own query
+/// then waits too): a failed check is repeated after [`RECHECK`], and after
+/// `hung_after_failed_checks` failures in a row (3; [`Settings`]) CoreDNS is killed with SIGKILL
+/// and started again as after a crash —
 /// without waiting for systemd's watchdog to restart the whole unit: a CoreDNS that answers
 /// neither `/ready` nor its own health name for that long serves nobody. Every failed check counts
 /// towards the failure rule, so a CoreDNS that keeps hanging ends in a restart of the unit.

@@ -6,8 +6,9 @@
 //! (state `T`: SIGSTOP, SIGTSTP) with queries waiting at two looks in a row is taken for hung
 //! without the full wait: a stopped process cannot serve until someone continues it. A tracer's
 //! stop (state `t`, a debugger) is left to the CPU rule. This needs no packet of ours (no probe,
-//! no conntrack entry): a `sock_diag` dump ([`crate::sockets`]), `/proc/<pid>/fd` and `/proc/<pid>/stat` only, and
-//! it acts as soon as clients wait instead of after three failed health checks.
+//! no conntrack entry): a `sock_diag` dump ([`crate::sockets`]), `/proc/<pid>/fd` and
+//! `/proc/<pid>/stat` only, and it acts as soon as clients wait instead of after three failed
+//! health checks.
 
 use std::collections::HashSet;
 use std::time::Duration;
