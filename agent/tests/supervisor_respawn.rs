@@ -432,8 +432,10 @@ fn stop_as_a_debugger(pid: i32) {
             }
             for tid in tasks {
                 let task = Pid::from_raw(tid);
-                ptrace::seize(task, ptrace::Options::empty()).unwrap();
-                ptrace::interrupt(task).unwrap();
+                // A thread that ended since it was listed is not waited for (its wait fails).
+                if ptrace::seize(task, ptrace::Options::empty()).is_ok() {
+                    let _ = ptrace::interrupt(task);
+                }
                 traced.insert(tid);
             }
         }
@@ -451,7 +453,10 @@ fn stop_as_a_debugger(pid: i32) {
     let traced = stopped.recv().unwrap();
     // Every thread reads `t` once the interrupts took effect.
     let deadline = Instant::now() + Duration::from_secs(10);
-    for tid in traced {
+    for tid in traced
+        .into_iter()
+        .filter(|tid| Path::new(&format!("/proc/{pid}/task/{tid}")).exists())
+    {
         let state = || {
             let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).unwrap_or_default();
             stat.rfind(')')
