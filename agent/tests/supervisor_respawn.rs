@@ -409,6 +409,10 @@ enum HungBy {
     /// SIGSTOP, the queue rule off (`LOCALDNS_STUCK_AFTER_MS=0`): three failed health checks in a
     /// row.
     FailedChecks,
+    /// SIGSTOP and no lookups: the query of the supervisor's own next health check waits on the
+    /// stopped CoreDNS, and the looks, which go on while that check waits for its answer, find it
+    /// before the check gives up (no `health check failed`).
+    ItsOwnHealthCheck,
 }
 
 /// Stops every thread of `pid` the way a debugger does (`PTRACE_SEIZE` + `PTRACE_INTERRUPT`:
@@ -439,7 +443,7 @@ fn stop_as_a_debugger(pid: i32) {
                 traced.insert(tid);
             }
         }
-        seized.send(traced.clone()).unwrap();
+        seized.send(()).unwrap();
         // The leader (tid = pid) last: its exit is reported once the other threads are reaped.
         let (leader, others): (Vec<i32>, Vec<i32>) = traced.into_iter().partition(|tid| *tid == pid);
         for tid in others.into_iter().chain(leader) {
@@ -450,26 +454,35 @@ fn stop_as_a_debugger(pid: i32) {
             }
         }
     });
-    let traced = stopped.recv().unwrap();
-    // Every thread reads `t` once the interrupts took effect.
+    stopped.recv().unwrap();
+    until_every_thread_reads(pid, "t");
+}
+
+/// Waits until every thread of `pid` shows `state` in its `/proc/<pid>/task/<tid>/stat` (a stop
+/// takes effect when each thread next runs).
+fn until_every_thread_reads(pid: i32, state: &str) {
     let deadline = Instant::now() + Duration::from_secs(10);
-    for tid in traced
-        .into_iter()
-        .filter(|tid| Path::new(&format!("/proc/{pid}/task/{tid}")).exists())
-    {
-        let state = || {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).unwrap_or_default();
-            stat.rfind(')')
-                .and_then(|end| stat[end + 1..].split_whitespace().next().map(str::to_string))
-        };
-        while state().as_deref() != Some("t") {
-            assert!(
-                Instant::now() < deadline,
-                "thread {tid} of CoreDNS {pid} is not trace-stopped: {:?}",
-                state()
-            );
-            std::thread::sleep(Duration::from_millis(5));
+    loop {
+        let states: Vec<(String, String)> = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .filter_map(|task| {
+                let tid = task.ok()?.file_name().into_string().ok()?;
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+                let now = stat[stat.rfind(')')? + 1..]
+                    .split_whitespace()
+                    .next()?
+                    .to_string();
+                Some((tid, now))
+            })
+            .collect();
+        if states.iter().all(|(_, now)| now == state) {
+            return;
         }
+        assert!(
+            Instant::now() < deadline,
+            "not every thread of CoreDNS {pid} reads {state}: {states:?}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 
@@ -477,8 +490,8 @@ fn stop_as_a_debugger(pid: i32) {
 /// the supervisor kills it and the standby takes over, found by `by`.
 fn a_hung_coredns(by: HungBy) {
     let env: &[(&str, &str)] = match by {
-        HungBy::WaitingOnAStoppedProcess | HungBy::WaitingWithNoCpuUsed => &[],
         HungBy::FailedChecks => &[("LOCALDNS_STUCK_AFTER_MS", "0")],
+        _ => &[],
     };
     let mut s = Supervised::start_with(Standby::On, env);
     assert!(s.both_answer(), "not answering after READY=1\n{}", s.log());
@@ -488,13 +501,20 @@ fn a_hung_coredns(by: HungBy) {
     // The process lives on, its sockets stay bound, nothing answers.
     match by {
         HungBy::WaitingWithNoCpuUsed => stop_as_a_debugger(pid),
-        _ => kill(Pid::from_raw(pid), Signal::SIGSTOP).unwrap(),
+        _ => {
+            kill(Pid::from_raw(pid), Signal::SIGSTOP).unwrap();
+            until_every_thread_reads(pid, "T");
+        }
     }
     let hung = Instant::now();
-    assert!(!s.both_answer(), "a stopped CoreDNS still answered\n{}", s.log());
     // The first failing regular check comes within one interval (12 s without a watchdog), then
     // the rechecks; past that plus the start, the supervisor did not act.
     let bound = Duration::from_secs(12) + GIVE_UP;
+    if by == HungBy::ItsOwnHealthCheck {
+        s.until_notified("STATUS=CoreDNS healthy again", bound);
+    } else {
+        assert!(!s.both_answer(), "a stopped CoreDNS still answered\n{}", s.log());
+    }
     while !s.both_answer() {
         assert!(
             hung.elapsed() < bound,
@@ -507,7 +527,9 @@ fn a_hung_coredns(by: HungBy) {
         std::thread::sleep(Duration::from_millis(20));
     }
     let took = hung.elapsed();
-    s.until_notified("STATUS=CoreDNS healthy again", GIVE_UP);
+    if by != HungBy::ItsOwnHealthCheck {
+        s.until_notified("STATUS=CoreDNS healthy again", GIVE_UP);
+    }
     assert_eq!(
         s.coredns_pid(),
         standby,
@@ -540,12 +562,18 @@ fn a_hung_coredns(by: HungBy) {
             ),
         ),
     ];
+    let expected = match by {
+        HungBy::ItsOwnHealthCheck => HungBy::WaitingOnAStoppedProcess,
+        by => by,
+    };
     for (rule, line) in rules {
-        assert_eq!(
-            log.contains(&line),
-            rule == by,
-            "{by:?}: {line:?} said: {}\n{log}",
-            rule == by
+        let said = rule == expected;
+        assert_eq!(log.contains(&line), said, "{by:?}: {line:?} said: {said}\n{log}");
+    }
+    if by == HungBy::ItsOwnHealthCheck {
+        assert!(
+            !log.contains("health check failed"),
+            "the looks should find the stopped CoreDNS while the check waits on it\n{log}"
         );
     }
     assert_eq!(
@@ -566,6 +594,11 @@ fn a_stopped_coredns_that_clients_wait_on_is_killed_and_the_standby_takes_over_u
 #[test]
 fn a_coredns_that_clients_wait_on_and_that_uses_no_cpu_is_killed_and_the_standby_takes_over() {
     a_hung_coredns(HungBy::WaitingWithNoCpuUsed);
+}
+
+#[test]
+fn a_stopped_coredns_nobody_asks_is_found_by_the_query_of_the_supervisors_own_health_check() {
+    a_hung_coredns(HungBy::ItsOwnHealthCheck);
 }
 
 #[test]

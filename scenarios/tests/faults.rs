@@ -395,7 +395,12 @@ fn coredns_hung(node: &JoinedNode) -> anyhow::Result<()> {
     let steps = localdns_timeline_since(
         node,
         &since,
-        &["taking it for hung", "CoreDNS exited;", "healthy again"],
+        &[
+            "taking it for hung",
+            "health check failed",
+            "CoreDNS exited;",
+            "healthy again",
+        ],
     )?;
     eprintln!(
         "==> CoreDNS hung (SIGSTOP): queries waited on it while it was stopped, the supervisor killed it, both listeners answered the standby that took over after {ms} ms; the supervisor's lines:\n{steps}"

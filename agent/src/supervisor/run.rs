@@ -256,6 +256,10 @@ pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
     let mut next_look = settings
         .stuck_poll()
         .map(|poll| tokio::time::Instant::now() + poll);
+    // The health check in flight: polled beside the other branches, so that a check waiting on a
+    // hung CoreDNS (up to the probe timeout) holds up neither the looks for waiting queries nor
+    // the answer to CoreDNS exiting.
+    let mut checking: Option<CheckInFlight<'_>> = None;
     loop {
         let standby_wake = standby.next_wake();
         tokio::select! {
@@ -263,6 +267,8 @@ pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
                 let status = status.map_err(SuperviseError::Wait)?;
                 restarts += 1;
                 failed_in_a_row = 0;
+                // A check in flight asked the CoreDNS that is gone.
+                checking = None;
                 let mut taken_over = standby.take_over(settings).await;
                 let how = if taken_over.is_some() { "the standby takes over" } else { "starting it again" };
                 tracing::error!(%status, restarts, "CoreDNS exited; {how}");
@@ -339,8 +345,12 @@ pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
                     }
                 }
             }
-            _ = tokio::time::sleep_until(next_check) => {
-                match probe::check(settings).await {
+            _ = tokio::time::sleep_until(next_check), if checking.is_none() => {
+                checking = Some(Box::pin(probe::check(settings)));
+            }
+            result = async { checking.as_mut().expect("polled only while a check is in flight").await }, if checking.is_some() => {
+                checking = None;
+                match result {
                     Ok(()) => {
                         if failed_in_a_row > 0 {
                             tracing::info!(failed_in_a_row, "health check passed again");
@@ -380,6 +390,10 @@ pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
         }
     }
 }
+
+/// A health check ([`probe::check`]) the watchdog loop polls beside its other branches.
+type CheckInFlight<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), Vec<probe::ProbeError>>> + 'a>>;
 
 /// The failure rule was reached: `WATCHDOG=trigger`, both CoreDNS stopped, [`Outcome::GaveUp`].
 async fn give_up(
