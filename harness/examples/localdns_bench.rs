@@ -381,47 +381,28 @@ fn nft(lab: &Lab, args: &[&str]) -> Result<()> {
     Ok(())
 }
 
-fn parse_arg<T: std::str::FromStr>(args: &[String], i: usize, name: &str, default: T) -> Result<T> {
-    match args.get(i) {
-        None => Ok(default),
-        Some(s) => s.parse().map_err(|_| {
-            anyhow!("{name} must be a whole number, not {s:?} (usage: localdns_bench [SECONDS THREADS])")
-        }),
-    }
-}
-
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let seconds: u64 = parse_arg(&args, 1, "SECONDS", 10)?;
     let threads: usize = parse_arg(&args, 2, "THREADS", 4)?;
     let clk_tck = clock_ticks()?;
-    let cache = harness::cache::Cache::open().context("opening the lab cache")?;
-    let coredns = harness::images::coredns::require(&cache)
-        .context("the benchmark runs the real CoreDNS")?
-        .binary;
-    // Fails now, naming the build command, rather than after the lab is up.
-    supervisor_binary();
-    let home = BackHome::here().context("opening /proc/thread-self/ns/net")?;
-    // This host's kernel may lack dummy links: the listeners go on `lo` (the tests use the link).
-    let lab = Lab::build(true, Listeners::Loopback, coredns);
-    // Declared after `lab`, so dropped (back home) before it, on errors too.
-    let _home = BackHome(home);
+    let bench = BenchLab::build()?;
+    let lab = &bench.lab;
     // Conntrack active, as on any node with a stateful firewall.
-    nft(&lab, &["add table inet bench_stateful"])?;
+    nft(lab, &["add table inet bench_stateful"])?;
     nft(
-        &lab,
+        lab,
         &["add chain inet bench_stateful input { type filter hook input priority 0; policy accept; }"],
     )?;
     nft(
-        &lab,
+        lab,
         &["add rule inet bench_stateful input ct state established,related accept"],
     )?;
     let notify = NotifySocket::bind(lab.dir.path());
-    lab.node.enter();
     // Lab::build loaded our table; the supervisor serves first.
     let script = lab.dir.path().join("localdns.nft");
     let script = script.to_str().context("a UTF-8 path")?;
-    let mut serving = Serving::Ours(start_ours(&lab, &notify)?);
+    let mut serving = Serving::Ours(start_ours(lab, &notify)?);
 
     let cpu_limit = f64::from(DEFAULT_CPU_LIMIT_MILLICORES);
     let memory_limit_mib = f64::from(DEFAULT_MEMORY_LIMIT_MB);
@@ -436,33 +417,33 @@ fn main() -> Result<()> {
         for setup in Setup::ALL {
             serving = match (setup, serving) {
                 (Setup::OursWithRules, Serving::Ours(p)) => {
-                    nft(&lab, &["-f", script])?;
+                    nft(lab, &["-f", script])?;
                     Serving::Ours(p)
                 }
                 (Setup::OursWithRules, Serving::Bare(p)) => {
-                    stop_bare(&lab, p)?;
-                    nft(&lab, &["-f", script])?;
-                    Serving::Ours(start_ours(&lab, &notify)?)
+                    stop_bare(lab, p)?;
+                    nft(lab, &["-f", script])?;
+                    Serving::Ours(start_ours(lab, &notify)?)
                 }
                 (Setup::OursWithoutRules, Serving::Ours(p)) => {
-                    nft(&lab, &["delete table ip unbounded_localdns"])?;
+                    nft(lab, &["delete table ip unbounded_localdns"])?;
                     Serving::Ours(p)
                 }
                 (Setup::Bare, Serving::Ours(p)) => {
-                    stop_ours(&lab, p)?;
-                    Serving::Bare(start_bare(&lab)?)
+                    stop_ours(lab, p)?;
+                    Serving::Bare(start_bare(lab)?)
                 }
                 (setup, _) => bail!("no way from the current setup to {setup:?}"),
             };
             let pid = match &serving {
-                Serving::Ours(p) => serving_pid(&lab, Some(pid_of(p)?), None)?,
-                Serving::Bare(p) => serving_pid(&lab, None, Some(pid_of(p)?))?,
+                Serving::Ours(p) => serving_pid(lab, Some(pid_of(p)?), None)?,
+                Serving::Bare(p) => serving_pid(lab, None, Some(pid_of(p)?))?,
             };
             exec::run(lab.node.cmd("conntrack").arg("-F"))?;
-            let run = load(&lab, pid, Duration::from_secs(seconds), threads)
+            let run = load(lab, pid, Duration::from_secs(seconds), threads)
                 .with_context(|| format!("round {:?}", setup.label()))?;
             ensure!(
-                listener_pids(&lab)? == [pid],
+                listener_pids(lab)? == [pid],
                 "{NODE}:53 changed hands during the round (CoreDNS {pid} restarted?)\n{}",
                 lab.logs()
             );

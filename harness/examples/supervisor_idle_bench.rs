@@ -103,26 +103,12 @@ fn listed_sockets() -> Result<usize> {
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let arg = |i: usize, name: &str, default: u64| -> Result<u64> {
-        args.get(i).map_or(Ok(default), |v| {
-            v.parse()
-                .with_context(|| format!("{name} must be a number, not {v:?}"))
-        })
-    };
-    let seconds = arg(1, "SECONDS", 30)?;
-    let sockets = usize::try_from(arg(2, "SOCKETS", 2000)?)?;
+    let seconds: u64 = parse_arg(&args, 1, "SECONDS", 30)?;
+    let sockets: usize = parse_arg(&args, 2, "SOCKETS", 2000)?;
     let clk_tck = clock_ticks()?;
-    let cache = harness::cache::Cache::open().context("opening the lab cache")?;
-    let coredns = harness::images::coredns::require(&cache)
-        .context("the benchmark runs the real CoreDNS")?
-        .binary;
-    supervisor_binary();
-    let home = BackHome::here().context("opening /proc/thread-self/ns/net")?;
-    let lab = Lab::build(true, Listeners::Loopback, coredns);
-    // Declared after `lab`, so dropped (back home) before it, on errors too.
-    let _home = BackHome(home);
+    let bench = BenchLab::build()?;
+    let lab = &bench.lab;
     let notify = NotifySocket::bind(lab.dir.path());
-    lab.node.enter();
 
     println!("the supervisor idle (its health checks only), {seconds} s a round; its CPU in millicores (m)");
     let mut looks = Vec::new();
@@ -130,7 +116,7 @@ fn main() -> Result<()> {
         let held = open_sockets(extra)?;
         let listed = listed_sockets()?;
         for rule_on in [true, false] {
-            let ticks = idle_round(&lab, &notify, rule_on, seconds)?;
+            let ticks = idle_round(lab, &notify, rule_on, seconds)?;
             println!(
                 "queue rule {:<3}  {listed:>5} sockets listed  supervisor CPU {:>6.2} m  ({ticks} ticks in {seconds} s)",
                 if rule_on { "on" } else { "off" },

@@ -575,3 +575,43 @@ pub fn clock_ticks() -> anyhow::Result<u64> {
 pub fn millicores(ticks: u64, clk_tck: u64, seconds: f64) -> f64 {
     ticks as f64 / clk_tck as f64 / seconds * 1000.0
 }
+
+/// A benchmark's lab on this host: the real CoreDNS from the lab cache, the listeners on `lo`
+/// (this host's kernel may lack dummy links; the tests use the link), the calling thread in the
+/// node namespace. `home` is declared first, so the thread goes back home before the lab's
+/// namespaces go, on errors too.
+pub struct BenchLab {
+    pub home: BackHome,
+    pub lab: Lab,
+}
+
+impl BenchLab {
+    /// Fails at once, naming the build command, when CoreDNS or the supervisor is missing.
+    pub fn build() -> anyhow::Result<BenchLab> {
+        use anyhow::Context as _;
+        let cache = harness::cache::Cache::open().context("opening the lab cache")?;
+        let coredns = harness::images::coredns::require(&cache)
+            .context("the benchmark runs the real CoreDNS")?
+            .binary;
+        supervisor_binary();
+        let home = BackHome(BackHome::here().context("opening /proc/thread-self/ns/net")?);
+        let lab = Lab::build(true, Listeners::Loopback, coredns);
+        lab.node.enter();
+        Ok(BenchLab { home, lab })
+    }
+}
+
+/// Argument `i` of a benchmark's command line as a number, `default` when absent.
+pub fn parse_arg<T: std::str::FromStr>(
+    args: &[String],
+    i: usize,
+    name: &str,
+    default: T,
+) -> anyhow::Result<T> {
+    match args.get(i) {
+        None => Ok(default),
+        Some(s) => s
+            .parse()
+            .map_err(|_| anyhow::anyhow!("{name} must be a whole number, not {s:?}")),
+    }
+}
