@@ -127,8 +127,19 @@ fn bootstrap(node: &mut JoinedNode) -> anyhow::Result<()> {
         finished.log
     );
 
+    let started = Instant::now();
     second_start_changes_nothing(node, &machine)?;
-    interrupted_start_resumes_to_complete(node, &machine)
+    eprintln!(
+        "==> a second `start` changed nothing; checked in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    let started = Instant::now();
+    interrupted_start_resumes_to_complete(node, &machine)?;
+    eprintln!(
+        "==> `start` from `starting-node` resumed to `complete`; checked in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
 }
 
 /// `harness lab status` sees the Node Ready in slot `machine` with `localdns.service` active and
@@ -248,7 +259,13 @@ fn run_start_again(node: &JoinedNode) -> anyhow::Result<String> {
         node.deployed.guest_agent,
         harness::deploy::plan::GUEST_CONFIG
     );
+    let started = Instant::now();
     let out = node.vm.cmd(&command).timeout(node.deadline(5)).run()?;
+    eprintln!(
+        "==> `start` again on node {} took {:.1}s",
+        node.deployed.name,
+        started.elapsed().as_secs_f64()
+    );
     Ok(out.stdout_text())
 }
 

@@ -141,8 +141,19 @@ impl<'a> Executor<'a> {
         Ok(())
     }
 
-    /// Runs one step.
+    /// Runs one step, and says how long it took.
     pub fn run_step(&mut self, step: Step) -> Result<(), LifecycleError> {
+        let started = std::time::Instant::now();
+        self.run_step_body(step)?;
+        self.line(&format!(
+            "step {} done in {:.1}s",
+            step.name(),
+            started.elapsed().as_secs_f64()
+        ));
+        Ok(())
+    }
+
+    fn run_step_body(&mut self, step: Step) -> Result<(), LifecycleError> {
         self.enter(step)?;
         match step {
             Step::Preflight => self.preflight()?,
