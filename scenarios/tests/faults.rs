@@ -7,9 +7,8 @@
 //! * the lab's upstream DNS stops answering: a name cached before keeps answering from the node
 //!   listener after its TTL (`serve_stale`, `coredns_cache_served_stale_total` rises), a name never
 //!   asked gets no address, and names resolve again once the upstream answers;
-//! * the supervisor killed with SIGKILL: the unit's `ExecStopPost=` starts the bridge
-//!   (`localdns-bridge.service`) during systemd's restart delay, systemd starts `localdns.service`
-//!   again, both listeners answer, and the restarted unit stops the bridge;
+//! * the supervisor killed with SIGKILL: systemd starts `localdns.service` again and both
+//!   listeners answer;
 //! * CoreDNS hung with SIGSTOP, a client connected to each listener: the connections wait on its
 //!   sockets while the kernel shows it stopped, the supervisor (the same process) kills it and the
 //!   standby takes over; both listeners answer it (the supervisor's lines printed with their
@@ -157,23 +156,6 @@ fn fault_then_recovery(
     pid: &str,
     coredns_before: &str,
 ) -> anyhow::Result<(u64, String)> {
-    let ms = fault_then_answers(node, signal, pid, coredns_before)?;
-    let after = active_coredns(node)?;
-    ensure!(
-        after != coredns_before,
-        "after kill -{signal} {pid} the listeners answer, but CoreDNS is still pid {after}"
-    );
-    Ok((ms, after))
-}
-
-/// Sends `signal` to `pid` and times it until CoreDNS `coredns_before` is gone and both listeners
-/// answer (whichever CoreDNS answers); the milliseconds.
-fn fault_then_answers(
-    node: &JoinedNode,
-    signal: &str,
-    pid: &str,
-    coredns_before: &str,
-) -> anyhow::Result<u64> {
     // A stopped CoreDNS is not gone, so the wait asks nothing until it is; a node's clients keep
     // asking meanwhile: one TCP connection to each listener (bash's `/dev/tcp`, no process) waits
     // in its accept queue, as a stub resolver's would.
@@ -192,10 +174,17 @@ fn fault_then_answers(
         .timeout(Duration::from_secs(u64::from(RECOVERY_LIMIT_S) + 60))
         .run()
         .with_context(|| format!("kill -{signal} {pid}, then waiting for a new CoreDNS on both listeners"))?;
-    out.stdout_text()
+    let ms: u64 = out
+        .stdout_text()
         .trim()
         .parse()
-        .with_context(|| format!("the wait printed {:?}", out.stdout_text()))
+        .with_context(|| format!("the wait printed {:?}", out.stdout_text()))?;
+    let after = active_coredns(node)?;
+    ensure!(
+        after != coredns_before,
+        "after kill -{signal} {pid} the listeners answer, but CoreDNS is still pid {after}"
+    );
+    Ok((ms, after))
 }
 
 fn coredns_killed_again_and_again(node: &JoinedNode) -> anyhow::Result<()> {
@@ -307,16 +296,14 @@ fn upstream_gone(node: &JoinedNode) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The journal of `localdns.service` and `localdns-bridge.service` in the machine since `since`
-/// (seconds since the epoch), each line with its time.
+/// `localdns.service`'s journal in the machine since `since` (seconds since the epoch), each line
+/// with its time.
 fn localdns_journal_since(node: &JoinedNode, since: &str) -> anyhow::Result<String> {
     Ok(node
         .vm
         .run_unchecked(&in_machine(
             MACHINE,
-            &format!(
-                "journalctl -u localdns.service -u localdns-bridge.service --since @{since} -o short-precise --no-pager"
-            ),
+            &format!("journalctl -u localdns.service --since @{since} -o short-precise --no-pager"),
         ))?
         .stdout_text())
 }
@@ -355,73 +342,32 @@ fn ensure_bridged(node: &JoinedNode, since: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The supervisor SIGKILLed: `KillMode=mixed` kills its CoreDNS with it and `ExecStop=` does not
-/// run after a main process's death; the unit's `ExecStopPost=` starts `localdns-bridge.service`
-/// at once, and systemd restarts `localdns.service` (`Restart=on-failure`, `RestartSec=2`), whose
-/// `ExecStartPost=` stops the bridge once the new CoreDNS holds the listeners beside it
-/// (docs/localdns.md). Both listeners answer whichever comes first.
+/// The supervisor SIGKILLed: systemd restarts `localdns.service` (`Restart=on-failure`,
+/// `RestartSec=2`); `KillMode=mixed` has killed its CoreDNS with it, and `ExecStop=` does not run
+/// after a main process's failure, so nothing bridges this restart (docs/localdns.md).
 fn supervisor_killed(node: &JoinedNode) -> anyhow::Result<()> {
     let supervisor = supervisor_pid(node)?;
     let coredns = active_coredns(node)?;
     let since = node.vm.run("date +%s")?.trim().to_string();
-    let ms = fault_then_answers(node, "KILL", &supervisor, &coredns)?;
-    until_restarted_without_bridge(node)?;
+    let (ms, _) = fault_then_recovery(node, "KILL", &supervisor, &coredns)?;
     let again = supervisor_pid(node)?;
     ensure!(again != supervisor, "the supervisor is still pid {supervisor}");
-    let after = active_coredns(node)?;
-    ensure!(
-        after != coredns,
-        "after the supervisor's SIGKILL CoreDNS is still pid {coredns}"
-    );
-    let journal = localdns_journal_since(node, &since)?;
-    for line in [
-        "the supervisor died (SERVICE_RESULT=signal EXIT_CODE=killed EXIT_STATUS=KILL): started localdns-bridge.service",
-        "stopped localdns-bridge.service",
-    ] {
-        ensure!(
-            journal.contains(line),
-            "after the supervisor's SIGKILL the journal has no {line:?}:\n{journal}"
-        );
-    }
-    // Where the time goes: the bridge's start during systemd's restart delay (`RestartSec=2`),
-    // then the new supervisor's.
+    // Where the time goes: systemd's restart delay (`RestartSec=2`), then the new CoreDNS's start.
     let steps = localdns_timeline_since(
         node,
         &since,
         &[
             "Main process exited",
-            "the supervisor died",
             "Scheduled restart job",
             "Started ",
             "starting CoreDNS",
             "CoreDNS healthy on",
-            "stopped localdns-bridge",
         ],
     )?;
     eprintln!(
-        "==> the supervisor SIGKILLed: its ExecStopPost= started localdns-bridge.service, systemd started localdns.service again, both listeners answered after {ms} ms; the lines of both units:\n{steps}"
+        "==> the supervisor SIGKILLed: systemd started localdns.service again, both listeners answered after {ms} ms; the unit's lines:\n{steps}"
     );
     Ok(())
-}
-
-/// Waits until `localdns.service` is active again and `localdns-bridge.service` inactive (the
-/// restarted unit's `ExecStartPost=` stopped it).
-fn until_restarted_without_bridge(node: &JoinedNode) -> anyhow::Result<()> {
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    loop {
-        let (_, service) = node.machine_systemctl(MACHINE, "is-active localdns.service")?;
-        let (_, bridge) = node.machine_systemctl(MACHINE, "is-active localdns-bridge.service")?;
-        if service.trim() == "active" && bridge.trim() == "inactive" {
-            return Ok(());
-        }
-        ensure!(
-            std::time::Instant::now() < deadline,
-            "120 s after the supervisor's SIGKILL localdns.service is {:?} and localdns-bridge.service {:?} (want active and inactive)",
-            service.trim(),
-            bridge.trim()
-        );
-        std::thread::sleep(Duration::from_secs(1));
-    }
 }
 
 fn coredns_hung(node: &JoinedNode) -> anyhow::Result<()> {

@@ -1,13 +1,13 @@
 //! The LocalDNS supervisor as installed in the machine: `start` copies the running agent binary to
 //! `/usr/local/libexec/unbounded-localdns-supervisor`, and the agent, started under that name,
 //! runs [`main`] (the same as the `unbounded-localdns-supervisor` binary). One file to deploy.
-//! With [`BEFORE_STOP`], [`AFTER_START`] or [`AFTER_FAILURE`] as its argument it bridges a restart
-//! of `localdns.service` instead (`supervisor::restart_bridge`; the unit's `ExecStop=`,
-//! `ExecStartPost=` and `ExecStopPost=`).
+//! With [`BEFORE_STOP`] or [`AFTER_START`] as its argument it bridges a restart of
+//! `localdns.service` instead (`supervisor::restart_bridge`; the unit's `ExecStop=` and
+//! `ExecStartPost=`).
 
 use std::process::ExitCode;
 
-use crate::supervisor::restart_bridge::{self, AFTER_FAILURE, AFTER_START, BEFORE_STOP};
+use crate::supervisor::restart_bridge::{self, AFTER_START, BEFORE_STOP};
 use crate::supervisor::{Settings, supervise};
 
 /// The program name the supervisor is installed under.
@@ -40,11 +40,8 @@ pub fn main() -> ExitCode {
         None => None,
         Some(BEFORE_STOP) => Some(restart_bridge::before_stop(&settings.listeners())),
         Some(AFTER_START) => Some(restart_bridge::after_start(&settings.listeners())),
-        Some(AFTER_FAILURE) => Some(restart_bridge::after_failure()),
         Some(other) => {
-            eprintln!(
-                "{PROGRAM}: unknown argument {other:?} (none, {BEFORE_STOP}, {AFTER_START} or {AFTER_FAILURE})"
-            );
+            eprintln!("{PROGRAM}: unknown argument {other:?} (none, {BEFORE_STOP} or {AFTER_START})");
             return ExitCode::from(2);
         }
     };

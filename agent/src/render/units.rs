@@ -4,7 +4,7 @@
 use super::HEADER;
 use super::paths::{ENVIRONMENT, SUPERVISOR_BINARY};
 use crate::goal::LocalDnsGoal;
-use crate::supervisor::restart_bridge::{AFTER_FAILURE, AFTER_START, BEFORE_STOP};
+use crate::supervisor::restart_bridge::{AFTER_START, BEFORE_STOP};
 
 /// How both LocalDNS services start and stop, and where and as whom they run (a dynamic user).
 const LIFETIME: &str = "TimeoutStartSec=90
@@ -42,9 +42,8 @@ LimitNOFILE=1048576
 /// `OOMPolicy=continue`: a CoreDNS OOM-killed at the slice's `MemoryMax` is the supervisor's to
 /// replace (the standby takes over), not a reason for systemd to stop the whole unit.
 /// `StartLimitIntervalSec=0`: a stuck start never wedges the unit.
-/// `ExecStop=` and `ExecStartPost=` bridge any restart of the unit with `localdns-bridge.service`,
-/// and `ExecStopPost=` the restart after the supervisor's death (`supervisor::restart_bridge`): as
-/// root (`+`), never failing the unit (`-`).
+/// `ExecStop=` and `ExecStartPost=` bridge any restart of the unit with `localdns-bridge.service`
+/// (`supervisor::restart_bridge`): as root (`+`), never failing the unit (`-`).
 pub fn service() -> String {
     format!(
         "{HEADER}[Unit]
@@ -59,7 +58,6 @@ EnvironmentFile={ENVIRONMENT}
 ExecStart={SUPERVISOR_BINARY}
 ExecStartPost=-+{SUPERVISOR_BINARY} {AFTER_START}
 ExecStop=-+{SUPERVISOR_BINARY} {BEFORE_STOP}
-ExecStopPost=-+{SUPERVISOR_BINARY} {AFTER_FAILURE}
 WatchdogSec=60
 Restart=on-failure
 RestartSec=2
@@ -73,12 +71,11 @@ WantedBy=multi-user.target
 }
 
 /// `localdns-bridge.service`: the same supervisor, environment and Corefile as
-/// `localdns.service`, without a standby or a watchdog, started only for the length of a restart
-/// of `localdns.service`: by the agent (`start::localdns_restart`), or by the unit's own
-/// `ExecStop=` or `ExecStopPost=` (`supervisor::restart_bridge`). Its CoreDNS binds the listeners
-/// beside the running one: CoreDNS sets `SO_REUSEPORT`, and the kernel lets two sockets share a
-/// port only when they belong to the same user, hence `User=localdns` — the dynamic user of
-/// `localdns.service` (named after it), which systemd shares between units that name it. Not
+/// `localdns.service`, without a standby or a watchdog, started by the agent only for the length
+/// of a planned restart of `localdns.service` (`start::localdns_restart`). Its CoreDNS binds the
+/// listeners beside the running one: CoreDNS sets `SO_REUSEPORT`, and the kernel lets two sockets
+/// share a port only when they belong to the same user, hence `User=localdns` — the dynamic user
+/// of `localdns.service` (named after it), which systemd shares between units that name it. Not
 /// enabled; nothing else starts it.
 pub fn bridge_service() -> String {
     format!(

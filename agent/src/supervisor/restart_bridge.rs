@@ -5,13 +5,9 @@
 //! listeners, it starts `localdns-bridge.service`, waits until the bridge's CoreDNS holds each
 //! listener beside the running one, and leaves [`MARKER`]. The unit's `ExecStartPost=` runs
 //! [`after_start`]: with the marker there, it waits until the new CoreDNS holds the listeners beside
-//! the bridge and stops the bridge. The supervisor's own death (SIGKILL, a crash, systemd's
-//! watchdog) runs no `ExecStop=`, and `KillMode=mixed` kills CoreDNS with it; the unit's
-//! `ExecStopPost=` runs [`after_failure`]: when `SERVICE_RESULT` says the supervisor died, it leaves
-//! the marker and starts the bridge without waiting, so the bridge's CoreDNS starts during
-//! `RestartSec=` instead of after it, and the restarted unit's [`after_start`] stops it as above.
-//! All three run as root (`+`) and never fail the unit (`-`); what they did goes to the journal. A
-//! plain stop (LocalDNS turned off, reset, shutdown) starts no bridge.
+//! the bridge and stops the bridge. Both run as root (`+`) and never fail the unit (`-`); what
+//! they did goes to the journal. A plain stop (LocalDNS turned off, reset, shutdown) and systemd's
+//! own restart after a crash start no bridge.
 
 use std::net::Ipv4Addr;
 use std::path::Path;
@@ -26,9 +22,6 @@ use crate::sockets::{bound_sockets, held_on, short_of};
 pub const BEFORE_STOP: &str = "bridge-before-stop";
 /// The supervisor's argument in `localdns.service`'s `ExecStartPost=`: end this restart's bridge.
 pub const AFTER_START: &str = "bridge-after-start";
-/// The supervisor's argument in `localdns.service`'s `ExecStopPost=`: bridge the restart after the
-/// supervisor's death.
-pub const AFTER_FAILURE: &str = "bridge-after-failure";
 /// The unit restarted.
 pub const SERVICE_UNIT: &str = "localdns.service";
 /// The unit that answers meanwhile (`render::units::bridge_service`).
@@ -106,36 +99,6 @@ pub fn restart_job_in(list_jobs: &str, unit: &str) -> bool {
     })
 }
 
-/// What [`after_failure`] does, from what it sees.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AfterFailure {
-    /// Not the supervisor's death (`SERVICE_RESULT` given): a stop, or an exit of its own —
-    /// CoreDNS that cannot come back, which a bridge running the same CoreDNS would not fix.
-    NotADeath(String),
-    /// The bridge runs already.
-    AlreadyBridged,
-    /// Start the bridge.
-    Bridge,
-}
-
-/// The `SERVICE_RESULT` values (systemd.exec(5)) of a main process that died rather than exited:
-/// killed by a signal that `Restart=on-failure` restarts on, dumped core, or killed by the watchdog.
-pub const DEATHS: [&str; 3] = ["signal", "core-dump", "watchdog"];
-
-/// The decision of [`after_failure`] from `SERVICE_RESULT` and whether the bridge runs.
-pub fn decide_after_failure(service_result: Option<&str>, bridge_active: bool) -> AfterFailure {
-    match service_result {
-        Some(result) if DEATHS.contains(&result) => {
-            if bridge_active {
-                AfterFailure::AlreadyBridged
-            } else {
-                AfterFailure::Bridge
-            }
-        }
-        other => AfterFailure::NotADeath(other.unwrap_or("(not set)").to_string()),
-    }
-}
-
 fn systemctl(args: &[&str]) -> Result<std::process::Output, CommandFailed> {
     exec::run_unchecked(Command::new("systemctl").args(args))
 }
@@ -200,36 +163,6 @@ pub fn before_stop(listeners: &[Ipv4Addr]) -> Result<String, BridgeError> {
     }
 }
 
-/// `ExecStopPost=`: after the supervisor's death, starts the bridge without waiting for it (see the
-/// module); returns what it did. systemd passes `SERVICE_RESULT`, `EXIT_CODE` and `EXIT_STATUS`.
-pub fn after_failure() -> Result<String, BridgeError> {
-    let var = |name: &str| std::env::var(name).ok();
-    let result = var("SERVICE_RESULT");
-    let how = format!(
-        "SERVICE_RESULT={} EXIT_CODE={} EXIT_STATUS={}",
-        result.as_deref().unwrap_or("(not set)"),
-        var("EXIT_CODE").as_deref().unwrap_or("(not set)"),
-        var("EXIT_STATUS").as_deref().unwrap_or("(not set)"),
-    );
-    match decide_after_failure(result.as_deref(), is_active(BRIDGE_UNIT)?) {
-        AfterFailure::NotADeath(_) => Ok(format!("stopped ({how}), the supervisor did not die: no bridge")),
-        AfterFailure::AlreadyBridged => {
-            Ok(format!("the supervisor died ({how}); {BRIDGE_UNIT} runs already"))
-        }
-        AfterFailure::Bridge => {
-            std::fs::write(MARKER, b"").map_err(|source| BridgeError::Marker {
-                action: "writing",
-                source,
-            })?;
-            // `--no-block`: waiting would hold up the unit's own restart behind the bridge's start.
-            exec::run(Command::new("systemctl").args(["start", "--no-block", BRIDGE_UNIT]))?;
-            Ok(format!(
-                "the supervisor died ({how}): started {BRIDGE_UNIT} to answer until localdns.service is back"
-            ))
-        }
-    }
-}
-
 /// `ExecStartPost=`: stops this restart's bridge once the new CoreDNS holds the listeners beside it;
 /// returns what it did.
 pub fn after_start(listeners: &[Ipv4Addr]) -> Result<String, BridgeError> {
@@ -275,34 +208,6 @@ mod tests {
         assert_eq!(
             decide_before_stop(true, false, &node_free),
             BeforeStop::NothingHeld(NODE)
-        );
-    }
-
-    #[test]
-    fn only_the_supervisors_death_starts_a_bridge_after_the_stop() {
-        for death in DEATHS {
-            assert_eq!(decide_after_failure(Some(death), false), AfterFailure::Bridge);
-            assert_eq!(
-                decide_after_failure(Some(death), true),
-                AfterFailure::AlreadyBridged
-            );
-        }
-        for other in [
-            "success",
-            "exit-code",
-            "timeout",
-            "oom-kill",
-            "start-limit-hit",
-            "resources",
-        ] {
-            assert_eq!(
-                decide_after_failure(Some(other), false),
-                AfterFailure::NotADeath(other.into())
-            );
-        }
-        assert_eq!(
-            decide_after_failure(None, false),
-            AfterFailure::NotADeath("(not set)".into())
         );
     }
 
