@@ -20,9 +20,12 @@
 //!   [`FILL_HEADROOM_MIB`], then CoreDNS's own cache filled with big answers until the serving
 //!   CoreDNS is gone — the kernel OOM-kills the idle standby first (`oom_score_adj` 1000), then the
 //!   serving CoreDNS is OOM-killed or, stalled by reclaim at the limit, fails its checks and the
-//!   supervisor kills it as hung; the supervisor (the same process) brings DNS back on both
-//!   listeners, `localdns.service` is not restarted, containerd, kubelet and the
-//!   machine keep their processes and the Node stays Ready; the limit is put back.
+//!   supervisor kills it as hung; DNS comes back on both listeners, restarted inside the slice:
+//!   by the supervisor (the same process, `localdns.service` not restarted), or — when the
+//!   serving CoreDNS, slowed at the limit, failed its health checks often enough for the
+//!   supervisor's rule (10 within 600 s) — by systemd restarting `localdns.service` once, the
+//!   journal showing that rule; containerd, kubelet and the machine keep their processes and the
+//!   Node stays Ready; the limit is put back. The line printed says which of the two it was.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
@@ -437,10 +440,21 @@ fn cgroup_number(node: &JoinedNode, file: &str, key: Option<&str>) -> anyhow::Re
 }
 
 /// `MainPID`s (and `localdns.service`'s `NRestarts`) that a fault inside the slice must not change.
+/// What the supervisor's journal says when it gives up (agent/src/supervisor/run.rs).
+const GIVE_UP_RULE: &str = "failed health checks within";
+
+/// How often systemd restarted `localdns.service` (its `NRestarts`).
+fn localdns_restarts(node: &JoinedNode) -> anyhow::Result<u64> {
+    let (_, out) = node.machine_systemctl(MACHINE, "show -p NRestarts --value localdns.service")?;
+    out.trim()
+        .parse()
+        .with_context(|| format!("localdns.service's NRestarts is {out:?}"))
+}
+
 fn units_outside_the_fault(node: &JoinedNode) -> anyhow::Result<String> {
     let (_, machine_units) = node.machine_systemctl(
         MACHINE,
-        "show -p Id -p MainPID -p NRestarts localdns.service containerd.service kubelet.service",
+        "show -p Id -p MainPID -p NRestarts containerd.service kubelet.service",
     )?;
     let nspawn = node.vm.run(&format!(
         "systemctl show -p Id -p MainPID systemd-nspawn@{MACHINE}.service"
@@ -484,6 +498,7 @@ fn coredns_at_memory_max(node: &JoinedNode) -> anyhow::Result<()> {
     let supervisor = supervisor_pid(node)?;
     let coredns = active_coredns(node)?;
     let units_before = units_outside_the_fault(node)?;
+    let restarts_before = localdns_restarts(node)?;
     let ooms_before = cgroup_number(node, &format!("{slice}/memory.events"), Some("oom_kill"))?;
     let (_, max_before) = node.machine_systemctl(MACHINE, "show -p MemoryMax --value localdns.slice")?;
     let max_before = max_before.trim().to_string();
@@ -545,14 +560,37 @@ fn coredns_at_memory_max(node: &JoinedNode) -> anyhow::Result<()> {
     let supervisor_said = localdns_timeline_since(
         node,
         &since,
-        &["hung", "exited", "healthy again", "killed by the OOM"],
+        &[
+            "hung",
+            "exited",
+            "healthy again",
+            "killed by the OOM",
+            "health check failed",
+            GIVE_UP_RULE,
+            "Watchdog",
+            "restart",
+        ],
     )?;
     let after = active_coredns(node)?;
     ensure!(after != coredns, "CoreDNS {coredns} still holds the listeners");
-    ensure!(
-        supervisor_pid(node)? == supervisor,
-        "the supervisor {supervisor} did not survive CoreDNS's OOM kill inside localdns.slice"
-    );
+    let restarts = localdns_restarts(node)?;
+    let brought_back_by = if supervisor_pid(node)? == supervisor {
+        ensure!(
+            restarts == restarts_before,
+            "the supervisor {supervisor} survived, yet localdns.service's NRestarts went {restarts_before} -> {restarts}"
+        );
+        format!("the supervisor {supervisor} (the same process, localdns.service not restarted)")
+    } else {
+        ensure!(
+            supervisor_said.contains(GIVE_UP_RULE),
+            "the supervisor {supervisor} did not survive CoreDNS at its MemoryMax, and its journal does not show it gave up by its rule ({GIVE_UP_RULE:?}):\n{supervisor_said}"
+        );
+        ensure!(
+            restarts == restarts_before + 1,
+            "the supervisor gave up by its rule, yet localdns.service's NRestarts went {restarts_before} -> {restarts}, not up by one"
+        );
+        "systemd restarting localdns.service once inside the slice, after the supervisor gave up by its rule (CoreDNS slowed at the limit failed 10 health checks within 600 s)".to_string()
+    };
     let units_after = units_outside_the_fault(node)?;
     ensure!(
         units_after == units_before,
@@ -569,7 +607,7 @@ fn coredns_at_memory_max(node: &JoinedNode) -> anyhow::Result<()> {
         node.deadline(2),
     ))?;
     eprintln!(
-        "==> CoreDNS at MemoryMax={limit} (slice used {current}): OOM kills in localdns.slice {ooms_before} -> {ooms}, both listeners answered {ms} ms after CoreDNS {coredns} was gone; supervisor, localdns.service, containerd, kubelet and the machine untouched; the kernel's last kills:\n{kills}the supervisor's journal meanwhile:\n{supervisor_said}"
+        "==> CoreDNS at MemoryMax={limit} (slice used {current}): OOM kills in localdns.slice {ooms_before} -> {ooms}, both listeners answered {ms} ms after CoreDNS {coredns} was gone, brought back by {brought_back_by}; containerd, kubelet and the machine untouched; the kernel's last kills:\n{kills}the supervisor's journal meanwhile:\n{supervisor_said}"
     );
     Ok(())
 }

@@ -10,9 +10,12 @@
 //! prints it once its servers run, after it installed its signal handlers (before that, SIGUSR1
 //! would end it). Its output is read through a pipe and passed on to the supervisor's own, so the
 //! journal keeps it; nothing asks the standby over the network (no conntrack entry of ours).
-//! At the slice's memory limit the kernel kills the standby first ([`oom_score`]).
+//! At the slice's memory limit the kernel kills the standby first ([`oom_score`]); a standby that
+//! was SIGKILLed is started again only after [`AFTER_SIGKILL`], so that a slice short of memory
+//! does not spend its CPU on standbys the kernel kills again while the serving CoreDNS struggles.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::sync::Arc;
@@ -33,6 +36,10 @@ const POLL: Duration = Duration::from_millis(100);
 const BANNER: &str = "CoreDNS-";
 /// The longest pause before a standby is started again after it failed (doubling from 1 s).
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// The least pause before a standby is started again after one was SIGKILLed: the OOM killer's
+/// first choice at the slice's limit would likely kill the next one too (each start costs a
+/// CoreDNS start's CPU, 10–20 s under emulation, taken from the CoreDNS that serves).
+pub const AFTER_SIGKILL: Duration = MAX_BACKOFF;
 
 /// What the standby serves until it takes over: `whoami` on `at`, nothing else.
 pub fn placeholder_corefile(at: SocketAddrV4) -> String {
@@ -121,17 +128,33 @@ impl StandbySlot {
         }
     }
 
-    /// The standby exited by itself: forget it and start another after the backoff.
+    /// The standby exited by itself: forget it and start another after the backoff, or after
+    /// [`AFTER_SIGKILL`] at least when it was SIGKILLed (the OOM killer, most likely).
     pub fn on_exit(&mut self, status: ExitStatus) {
         if let Some(s) = self.current.take() {
             remove(&s.corefile);
         }
-        self.failed(&format!("the standby CoreDNS exited ({status})"));
+        if status.signal() == Some(Signal::SIGKILL as i32) {
+            self.failed_at_least(
+                &format!("the standby CoreDNS was SIGKILLed ({status}; at the slice's memory limit the OOM killer takes it first)"),
+                AFTER_SIGKILL,
+            );
+        } else {
+            self.failed(&format!("the standby CoreDNS exited ({status})"));
+        }
     }
 
     fn failed(&mut self, why: &str) {
+        self.failed_at_least(why, Duration::ZERO);
+    }
+
+    /// Counts a failed standby and sets when the next starts: the doubling backoff, `least` at
+    /// least.
+    fn failed_at_least(&mut self, why: &str, least: Duration) {
         self.failures += 1;
-        let backoff = (Duration::from_secs(1) * 2u32.saturating_pow(self.failures - 1)).min(MAX_BACKOFF);
+        let backoff = (Duration::from_secs(1) * 2u32.saturating_pow(self.failures - 1))
+            .min(MAX_BACKOFF)
+            .max(least);
         tracing::warn!(
             failures = self.failures,
             ?backoff,
@@ -287,6 +310,52 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("forward") && !text.contains("cache"), "{text}");
+    }
+
+    fn slot() -> StandbySlot {
+        StandbySlot {
+            dir: Some(PathBuf::from("/nonexistent/standby")),
+            current: None,
+            start_at: None,
+            failures: 0,
+            count: 0,
+            active_corefile: None,
+        }
+    }
+
+    /// Seconds from now until the slot starts its next standby.
+    fn next_start_in(slot: &StandbySlot) -> Duration {
+        slot.next_wake()
+            .expect("a next start is set")
+            .saturating_duration_since(Instant::now())
+    }
+
+    #[test]
+    fn a_standby_that_exited_by_itself_is_started_again_after_the_doubling_backoff() {
+        let mut slot = slot();
+        slot.on_exit(ExitStatus::from_raw(1 << 8));
+        assert!(next_start_in(&slot) <= Duration::from_secs(1));
+        slot.on_exit(ExitStatus::from_raw(1 << 8));
+        let second = next_start_in(&slot);
+        assert!(
+            second > Duration::from_secs(1) && second <= Duration::from_secs(2),
+            "{second:?}"
+        );
+    }
+
+    #[test]
+    fn a_sigkilled_standby_is_started_again_only_after_a_minute() {
+        let mut slot = slot();
+        slot.on_exit(ExitStatus::from_raw(Signal::SIGKILL as i32));
+        let next = next_start_in(&slot);
+        assert!(
+            next > AFTER_SIGKILL - Duration::from_secs(1) && next <= AFTER_SIGKILL,
+            "{next:?}"
+        );
+        // Another signal is an exit like any other.
+        let mut slot = self::slot();
+        slot.on_exit(ExitStatus::from_raw(Signal::SIGTERM as i32));
+        assert!(next_start_in(&slot) <= Duration::from_secs(1));
     }
 
     #[test]
