@@ -4,7 +4,7 @@
 //! node with its log readable through the API server (`kubectl logs`). Then `start` again:
 //! on the finished node it changes nothing (files, inodes, mtimes, unit invocations), and from an
 //! install state set back to `starting-node` (standing in for a `start` killed in that stage) it
-//! resumes to `complete` with the node still Ready. `harness lab status` and `harness lab logs`
+//! resumes to `complete`, without installing or writing anything again, with the node still Ready. `harness lab status` and `harness lab logs`
 //! (their library halves) show and collect the joined node. Every case joins for real; when its
 //! node config has LocalDNS on and no joined-node checkpoint yet, that join builds it (the other scenarios
 //! resume from it) and the checks run on the node resumed from it.
@@ -227,8 +227,9 @@ fn second_start_changes_nothing(node: &JoinedNode, machine: &str) -> anyhow::Res
     before.ensure_same_as(&after, "a second `start`", &out)
 }
 
-/// `start` from an install state set back to `starting-node` re-enters that stage and ends at
-/// `complete`; the agent's files keep their content and the Node stays Ready.
+/// `start` from an install state set back to `starting-node` re-enters that stage (without
+/// checking the rootfs again) and ends at `complete`; the agent's files keep their content and the
+/// Node stays Ready.
 fn interrupted_start_resumes_to_complete(node: &JoinedNode, machine: &str) -> anyhow::Result<()> {
     let before = NodeSnapshot::take(node, machine)?;
     node.vm.run(&format!(
@@ -236,6 +237,14 @@ fn interrupted_start_resumes_to_complete(node: &JoinedNode, machine: &str) -> an
          && grep -q '\"starting-node\"' {INSTALL_STATE}"
     ))?;
     let out = run_start_again(node)?;
+    ensure!(
+        out.contains("resumed at starting-node")
+            && !out.lines().any(|l| {
+                let l = l.trim_start();
+                l.starts_with("installed ") || l.starts_with("wrote ")
+            }),
+        "the resumed `start` did not skip the rootfs that `preparing-rootfs` populated:\n{out}"
+    );
     let state = node.vm.run(&format!("cat {INSTALL_STATE}"))?;
     ensure!(
         state.contains("\"complete\""),

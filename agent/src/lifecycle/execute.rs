@@ -285,12 +285,19 @@ impl<'a> Executor<'a> {
 
     /// Stage `starting-node`, in the order of docs/design.md §9, on the executor's slot.
     fn start_node(&mut self) -> Result<(), StartError> {
-        if self.op == Operation::Start && self.populated.is_none() {
-            // Resumed at `starting-node`: the image list (installing is idempotent).
-            self.populate(self.slot, None)?;
-        }
+        let resumed = self.op == Operation::Start && self.populated.is_none();
         self.write_applied(self.slot)?;
-        if self
+        if resumed {
+            // Resumed at `starting-node`: `preparing-rootfs` finished with this very config (the
+            // planner resumes only on the recorded config's sha256), so the rootfs holds its
+            // binaries, images and files; checking them again hashed ~200 MB, about a minute
+            // under emulation. Whether systemd read the host units that stage wrote is not
+            // known: reload.
+            self.line(
+                "resumed at starting-node: the rootfs was populated with this config; reloading systemd",
+            );
+            node::daemon_reload()?;
+        } else if self
             .populated
             .as_ref()
             .is_some_and(|(_, units_changed)| *units_changed)
