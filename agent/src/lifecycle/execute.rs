@@ -285,22 +285,22 @@ impl<'a> Executor<'a> {
 
     /// Stage `starting-node`, in the order of docs/design.md §9, on the executor's slot.
     fn start_node(&mut self) -> Result<(), StartError> {
-        let resumed = self.op == Operation::Start && self.populated.is_none();
-        self.write_applied(self.slot)?;
-        if resumed {
+        if self.op == Operation::Start && self.populated.is_none() {
             // Resumed at `starting-node`: `preparing-rootfs` finished with this very config (the
             // planner resumes only on the recorded config's sha256), so the rootfs holds its
             // binaries, images and files; checking them again hashed ~200 MB, about a minute
-            // under emulation. Whether systemd read the host units that stage wrote is not
-            // known: reload.
-            self.line(
-                "resumed at starting-node: the rootfs was populated with this config; reloading systemd",
-            );
-            node::daemon_reload()?;
-        } else if self
-            .populated
-            .as_ref()
-            .is_some_and(|(_, units_changed)| *units_changed)
+            // under emulation.
+            self.line("resumed at starting-node: the rootfs was populated with this config");
+        }
+        self.write_applied(self.slot)?;
+        // `start` always reloads: one resumed (in this stage or in `preparing-rootfs`, whose
+        // files are then all there already) cannot tell whether the stopped run reloaded after
+        // it wrote the host units.
+        if self.op == Operation::Start
+            || self
+                .populated
+                .as_ref()
+                .is_some_and(|(_, units_changed)| *units_changed)
         {
             node::daemon_reload()?;
         }
