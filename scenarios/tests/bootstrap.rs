@@ -4,8 +4,9 @@
 //! node with its log readable through the API server (`kubectl logs`). Then `start` again:
 //! on the finished node it changes nothing (files, inodes, mtimes, unit invocations), and from an
 //! install state set back to `starting-node` (standing in for a `start` killed in that stage) it
-//! resumes to `complete`, without installing or writing anything again, with the node still Ready. `harness lab status` and `harness lab logs`
-//! (their library halves) show and collect the joined node. Every case joins for real; when its
+//! resumes to `complete`, without installing or writing anything again, with the node still
+//! Ready. `harness lab status` and `harness lab logs` (their library halves) show and collect the
+//! joined node. Every case joins for real; when its
 //! node config has LocalDNS on and no joined-node checkpoint yet, that join builds it (the other scenarios
 //! resume from it) and the checks run on the node resumed from it.
 

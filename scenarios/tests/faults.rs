@@ -439,7 +439,6 @@ fn cgroup_number(node: &JoinedNode, file: &str, key: Option<&str>) -> anyhow::Re
         .with_context(|| format!("{file}: {text:?} is not a number"))
 }
 
-/// `MainPID`s (and `localdns.service`'s `NRestarts`) that a fault inside the slice must not change.
 /// What the supervisor's journal says when it gives up (agent/src/supervisor/run.rs).
 const GIVE_UP_RULE: &str = "failed health checks within";
 
@@ -451,6 +450,8 @@ fn localdns_restarts(node: &JoinedNode) -> anyhow::Result<u64> {
         .with_context(|| format!("localdns.service's NRestarts is {out:?}"))
 }
 
+/// The `MainPID`s and `NRestarts` of the node's units outside `localdns.slice` (containerd,
+/// kubelet, the machine) that a fault inside the slice must not change.
 fn units_outside_the_fault(node: &JoinedNode) -> anyhow::Result<String> {
     let (_, machine_units) = node.machine_systemctl(
         MACHINE,
