@@ -566,6 +566,7 @@ fn coredns_at_memory_max(node: &JoinedNode) -> anyhow::Result<()> {
             "exited",
             "healthy again",
             "killed by the OOM",
+            "another standby in",
             "health check failed",
             GIVE_UP_RULE,
             "Watchdog",
