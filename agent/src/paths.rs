@@ -97,6 +97,7 @@ pub const SUPERVISOR_BINARY: &str = "/usr/local/libexec/unbounded-localdns-super
 pub const LOCALDNS_SERVICE: &str = "/etc/systemd/system/localdns.service";
 pub const LOCALDNS_SLICE: &str = "/etc/systemd/system/localdns.slice";
 pub const LOCALDNS_BRIDGE_SERVICE: &str = "/etc/systemd/system/localdns-bridge.service";
+pub const LOCALDNS_SPARE_SERVICE: &str = "/etc/systemd/system/localdns-spare.service";
 pub const LOCALDNS_SERVICE_WANTS_LINK: &str = "/etc/systemd/system/multi-user.target.wants/localdns.service";
 pub const RESOLVED_MASK_LINK: &str = "/etc/systemd/system/systemd-resolved.service";
 pub const CONTAINERD_DROP_IN: &str = "/etc/systemd/system/containerd.service.d/05-localdns.conf";

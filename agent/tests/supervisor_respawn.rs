@@ -88,13 +88,18 @@ impl Supervised {
 
     /// A supervisor for `goal` in this thread's network namespace, with a directory of its own.
     fn spawn(goal: LocalDnsGoal, standby: Standby, env: &[(&str, &str)]) -> Supervised {
+        Supervised::spawn_args(goal, standby, env, &[])
+    }
+
+    /// [`Supervised::spawn`] with arguments (`spare <dir>`).
+    fn spawn_args(goal: LocalDnsGoal, standby: Standby, env: &[(&str, &str)], args: &[&str]) -> Supervised {
         let dir = tempfile::tempdir().unwrap();
         let corefile = dir.path().join("Corefile");
         std::fs::write(&corefile, agent::render::corefile::render(&goal).unwrap()).unwrap();
         let notify_path = dir.path().join("notify.sock");
         let notify = UnixDatagram::bind(&notify_path).unwrap();
         let mut cmd = Command::new(SUPERVISOR);
-        cmd.env_clear().env("PATH", "/usr/bin:/bin");
+        cmd.args(args).env_clear().env("PATH", "/usr/bin:/bin");
         for line in agent::render::machine::environment(&goal).lines() {
             if let Some((k, v)) = line.split_once('=').filter(|_| !line.starts_with('#')) {
                 cmd.env(k, v);
@@ -681,4 +686,121 @@ fn a_bridge_supervisor_shares_the_listeners_and_answers_while_the_first_stops() 
     );
     assert!(bridge.both_answer(), "{}", bridge.log());
     eprintln!("{lookups} lookups while the first supervisor stopped ({status}), all answered");
+}
+
+/// Waits until `supervised`'s log has `needle`.
+fn until_logged(supervised: &Supervised, needle: &str, timeout: Duration) {
+    let started = Instant::now();
+    while !supervised.log().contains(needle) {
+        assert!(
+            started.elapsed() < timeout,
+            "no {needle:?} in the log within {timeout:?}\n{}",
+            supervised.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The spare (`localdns-spare.service`): a supervisor started as `spare <dir>` beside one whose
+/// runtime directory is `<dir>`. The first supervisor SIGKILLed, then its CoreDNS and standby (as
+/// `KillMode=mixed` has systemd do): the spare's standby takes over and both listeners answer;
+/// a new supervisor in the same directory, once healthy, gets the listeners back (the spare stops
+/// its CoreDNS: one UDP and one TCP socket on each listener); that supervisor stopping on purpose
+/// (SIGTERM) makes the spare stand down and exit 0, with nothing on the listeners.
+#[test]
+fn a_spare_answers_when_the_supervisor_dies_and_hands_back_when_it_is_back() {
+    use agent::start::localdns_restart::wait_bound;
+
+    let shared = tempfile::tempdir().unwrap();
+    let shared_dir = shared.path().to_str().unwrap().to_owned();
+    let mut first = Supervised::start_with(Standby::On, &[("RUNTIME_DIRECTORY", &shared_dir)]);
+    let goal = first.goal.clone();
+    let listeners = [goal.node_listener.addr(), goal.cluster_listener.addr()];
+    let mut spare = Supervised::spawn_args(goal.clone(), Standby::On, &[], &["spare", &shared_dir]);
+    until_logged(&spare, "connected to the supervisor", Duration::from_secs(10));
+    let held = || {
+        let bound = agent::sockets::bound_sockets().unwrap();
+        listeners.map(|l| agent::sockets::held_on(&bound, l, agent::corefile::DNS_PORT))
+    };
+    assert_eq!(held(), [(1, 1), (1, 1)], "before the kill\n{}", first.log());
+
+    // As systemd does after the main process of a `KillMode=mixed` unit died: the rest of the
+    // unit SIGKILLed right after.
+    let orphans = first.children();
+    kill(Pid::from_raw(first.supervisor.0.id() as i32), Signal::SIGKILL).unwrap();
+    let killed = Instant::now();
+    first.supervisor().wait().unwrap();
+    for pid in orphans {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+    }
+    while held() != [(1, 1), (1, 1)] || !spare.both_answer() {
+        assert!(
+            killed.elapsed() < GIVE_UP,
+            "the spare did not answer within {GIVE_UP:?} of the supervisor's death (held {:?})\n{}",
+            held(),
+            spare.log()
+        );
+        if let Some(status) = spare.supervisor().try_wait().unwrap() {
+            panic!("the spare exited ({status})\n{}", spare.log());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let took = killed.elapsed();
+    let serving = spare.coredns_pid();
+    assert!(
+        spare
+            .log()
+            .contains("the supervisor died: the spare answers on the listeners"),
+        "{}",
+        spare.log()
+    );
+    eprintln!(
+        "the supervisor SIGKILLed: both listeners answered the spare's CoreDNS {serving} after {took:?}"
+    );
+
+    let mut second = Supervised::spawn(goal, Standby::On, &[("RUNTIME_DIRECTORY", &shared_dir)]);
+    until_logged(&spare, "the spare hands back", Duration::from_secs(10));
+    wait_bound(&listeners, 1, Duration::from_secs(10)).unwrap();
+    let started = Instant::now();
+    while held() != [(1, 1), (1, 1)] {
+        assert!(
+            started.elapsed() < GIVE_UP,
+            "the spare's CoreDNS {serving} kept its sockets: {:?}\n{}",
+            held(),
+            spare.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(second.both_answer(), "{}", second.log());
+    assert_ne!(second.coredns_pid(), serving);
+    spare.until_standby_ready();
+
+    kill(Pid::from_raw(second.supervisor.0.id() as i32), Signal::SIGTERM).unwrap();
+    let status = second.supervisor().wait().unwrap();
+    assert!(
+        status.success(),
+        "the second supervisor: {status}\n{}",
+        second.log()
+    );
+    let stopped = Instant::now();
+    let status = loop {
+        if let Some(status) = spare.supervisor().try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            stopped.elapsed() < GIVE_UP,
+            "the spare did not stand down after the supervisor stopped on purpose\n{}",
+            spare.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "the spare: {status}\n{}", spare.log());
+    assert!(
+        spare
+            .log()
+            .contains("the supervisor stops on purpose: the spare stands down"),
+        "{}",
+        spare.log()
+    );
+    assert_eq!(held(), [(0, 0), (0, 0)], "{}", spare.log());
 }

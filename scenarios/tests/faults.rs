@@ -302,13 +302,78 @@ fn upstream_gone(node: &JoinedNode) -> anyhow::Result<()> {
 /// `localdns.service`'s journal in the machine since `since` (seconds since the epoch), each line
 /// with its time.
 fn localdns_journal_since(node: &JoinedNode, since: &str) -> anyhow::Result<String> {
+    unit_journal_since(node, "localdns.service", since)
+}
+
+/// `unit`'s journal in the machine since `since` (seconds since the epoch), each line with its time.
+fn unit_journal_since(node: &JoinedNode, unit: &str, since: &str) -> anyhow::Result<String> {
     Ok(node
         .vm
         .run_unchecked(&in_machine(
             MACHINE,
-            &format!("journalctl -u localdns.service --since @{since} -o short-precise --no-pager"),
+            &format!("journalctl -u {unit} --since @{since} -o short-precise --no-pager"),
         ))?
         .stdout_text())
+}
+
+/// The spare's unit (`localdns-spare.service`).
+const SPARE_UNIT: &str = "localdns-spare.service";
+/// The spare's journal line when its CoreDNS answers in place of a dead supervisor's.
+const SPARE_ANSWERS: &str = "both listeners answer (the spare)";
+/// The spare's journal line when the supervisor stops on purpose.
+const SPARE_STANDS_DOWN: &str = "the supervisor stops on purpose: the spare stands down";
+/// The spare's journal line when the restarted supervisor got the listeners back.
+const SPARE_HANDS_BACK: &str = "the spare hands back";
+
+/// Waits until the spare runs and its standby CoreDNS is ready (its status says so), as after
+/// every start of `localdns.service`.
+fn until_spare_ready(node: &JoinedNode) -> anyhow::Result<()> {
+    let started = std::time::Instant::now();
+    loop {
+        let (_, status) = node.machine_systemctl(
+            MACHINE,
+            &format!("show -p ActiveState -p StatusText {SPARE_UNIT}"),
+        )?;
+        if status.contains("ActiveState=active")
+            && status.contains("standby CoreDNS")
+            && status.trim_end().ends_with("ready")
+        {
+            return Ok(());
+        }
+        ensure!(
+            started.elapsed() < Duration::from_secs(u64::from(RECOVERY_LIMIT_S)),
+            "{SPARE_UNIT} has no ready standby within {RECOVERY_LIMIT_S} s:\n{status}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// The systemd unit node process `pid` runs in (the last part of its cgroup path).
+fn unit_of(node: &JoinedNode, pid: &str) -> anyhow::Result<String> {
+    let cgroup = node.vm.run(&format!("cat /proc/{pid}/cgroup"))?;
+    Ok(cgroup.trim().rsplit('/').next().unwrap_or_default().to_string())
+}
+
+/// Waits until `localdns.service` serves alone again: active, and one CoreDNS on the node
+/// listener, of that unit (not the spare's); returns that CoreDNS's node pid.
+fn until_localdns_serves(node: &JoinedNode) -> anyhow::Result<String> {
+    let started = std::time::Instant::now();
+    loop {
+        let (_, state) = node.machine_systemctl(MACHINE, "is-active localdns.service")?;
+        let serving = match active_coredns(node) {
+            Ok(pid) if state.trim() == "active" => Some((unit_of(node, &pid)?, pid)),
+            _ => None,
+        };
+        match serving {
+            Some((unit, pid)) if unit == "localdns.service" => return Ok(pid),
+            other => ensure!(
+                started.elapsed() < Duration::from_secs(u64::from(RECOVERY_LIMIT_S)),
+                "localdns.service ({}) does not serve alone within {RECOVERY_LIMIT_S} s (the node listener's CoreDNS and its unit: {other:?})",
+                state.trim()
+            ),
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
 }
 
 /// The lines of `localdns.service`'s journal since `since` that hold one of `keys`, with their
@@ -345,17 +410,30 @@ fn ensure_bridged(node: &JoinedNode, since: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The supervisor SIGKILLed: systemd restarts `localdns.service` (`Restart=on-failure`,
-/// `RestartSec=2`); `KillMode=mixed` has killed its CoreDNS with it, and `ExecStop=` does not run
-/// after a main process's failure, so nothing bridges this restart (docs/localdns.md).
+/// The supervisor SIGKILLed: `KillMode=mixed` has systemd kill its CoreDNS and standby with it,
+/// and restart `localdns.service` (`Restart=on-failure`, `RestartSec=2`); the spare
+/// (`localdns-spare.service`) answers meanwhile and hands back once the new supervisor's CoreDNS
+/// is healthy (docs/localdns.md).
 fn supervisor_killed(node: &JoinedNode) -> anyhow::Result<()> {
+    until_spare_ready(node)?;
     let supervisor = supervisor_pid(node)?;
     let coredns = active_coredns(node)?;
     let since = node.vm.run("date +%s")?.trim().to_string();
     let (ms, _) = fault_then_recovery(node, "KILL", &supervisor, &coredns)?;
+    let spare_said = unit_journal_since(node, SPARE_UNIT, &since)?;
+    ensure!(
+        spare_said.contains(SPARE_ANSWERS),
+        "both listeners answered {ms} ms after the supervisor was killed, but not the spare's CoreDNS ({SPARE_UNIT}'s journal has no {SPARE_ANSWERS:?}):\n{spare_said}"
+    );
+    until_localdns_serves(node)?;
     let again = supervisor_pid(node)?;
     ensure!(again != supervisor, "the supervisor is still pid {supervisor}");
-    // Where the time goes: systemd's restart delay (`RestartSec=2`), then the new CoreDNS's start.
+    let spare_said = unit_journal_since(node, SPARE_UNIT, &since)?;
+    ensure!(
+        spare_said.contains(SPARE_HANDS_BACK),
+        "localdns.service serves again, but {SPARE_UNIT}'s journal has no {SPARE_HANDS_BACK:?}:\n{spare_said}"
+    );
+    // The restart, and the spare meanwhile.
     let steps = localdns_timeline_since(
         node,
         &since,
@@ -367,8 +445,18 @@ fn supervisor_killed(node: &JoinedNode) -> anyhow::Result<()> {
             "CoreDNS healthy on",
         ],
     )?;
+    let spare_steps = spare_said
+        .lines()
+        .filter(|l| {
+            ["the supervisor died", SPARE_ANSWERS, SPARE_HANDS_BACK]
+                .iter()
+                .any(|k| l.contains(k))
+        })
+        .map(|l| l.chars().take(220).collect::<String>())
+        .collect::<Vec<_>>()
+        .join("\n");
     eprintln!(
-        "==> the supervisor SIGKILLed: systemd started localdns.service again, both listeners answered after {ms} ms; the unit's lines:\n{steps}"
+        "==> the supervisor SIGKILLed: the spare answered on both listeners after {ms} ms, systemd started localdns.service again and the spare handed back; the unit's lines:\n{steps}\nthe spare's lines:\n{spare_steps}"
     );
     Ok(())
 }
@@ -495,6 +583,8 @@ rm -f /tmp/memfill.*
 }
 
 fn coredns_at_memory_max(node: &JoinedNode) -> anyhow::Result<()> {
+    // The slice's usage is measured with both standbys (the supervisor's, the spare's) started.
+    until_spare_ready(node)?;
     let slice = localdns_slice_cgroup(node)?;
     let supervisor = supervisor_pid(node)?;
     let coredns = active_coredns(node)?;
@@ -573,7 +663,8 @@ fn coredns_at_memory_max(node: &JoinedNode) -> anyhow::Result<()> {
             "restart",
         ],
     )?;
-    let after = active_coredns(node)?;
+    // After a give-up the spare answers until the restarted unit is healthy.
+    let after = until_localdns_serves(node)?;
     ensure!(after != coredns, "CoreDNS {coredns} still holds the listeners");
     let restarts = localdns_restarts(node)?;
     let brought_back_by = if supervisor_pid(node)? == supervisor {
@@ -627,6 +718,14 @@ fn operator_restart(node: &JoinedNode) -> anyhow::Result<()> {
     );
     ensure_bridged(node, &since)?;
     probed.ensure_every_lookup_answered("an operator's systemctl restart localdns")?;
+    // A stop on purpose: the spare stood down rather than take over, and the unit's start
+    // started it again.
+    let spare_said = unit_journal_since(node, SPARE_UNIT, &since)?;
+    ensure!(
+        spare_said.contains(SPARE_STANDS_DOWN) && !spare_said.contains(SPARE_ANSWERS),
+        "{SPARE_UNIT} should have stood down ({SPARE_STANDS_DOWN:?}) without answering during the restart:\n{spare_said}"
+    );
+    until_spare_ready(node)?;
     eprintln!(
         "==> systemctl restart localdns by hand ({:.1} s): bridged by the unit, {} lookups of both listeners meanwhile, all answered",
         took.as_secs_f64(),

@@ -3,11 +3,13 @@
 //! runs [`main`] (the same as the `unbounded-localdns-supervisor` binary). One file to deploy.
 //! With [`BEFORE_STOP`] or [`AFTER_START`] as its argument it bridges a restart of
 //! `localdns.service` instead (`supervisor::restart_bridge`; the unit's `ExecStop=` and
-//! `ExecStartPost=`).
+//! `ExecStartPost=`). With `spare <supervisor's runtime directory>` it is the spare
+//! (`supervisor::spare`, `localdns-spare.service`).
 
 use std::process::ExitCode;
 
 use crate::supervisor::restart_bridge::{self, AFTER_START, BEFORE_STOP};
+use crate::supervisor::spare::{self, keep_spare};
 use crate::supervisor::{Settings, supervise};
 
 /// The program name the supervisor is installed under.
@@ -36,12 +38,30 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let bridge = match std::env::args().nth(1).as_deref() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut spare_of = None;
+    let bridge = match args.first().map(String::as_str) {
         None => None,
+        Some(spare::ARG) => match args.get(1) {
+            Some(dir) => {
+                spare_of = Some(std::path::PathBuf::from(dir));
+                None
+            }
+            None => {
+                eprintln!(
+                    "{PROGRAM}: {} needs the supervisor's runtime directory (/run/localdns)",
+                    spare::ARG
+                );
+                return ExitCode::from(2);
+            }
+        },
         Some(BEFORE_STOP) => Some(restart_bridge::before_stop(&settings.listeners())),
         Some(AFTER_START) => Some(restart_bridge::after_start(&settings.listeners())),
         Some(other) => {
-            eprintln!("{PROGRAM}: unknown argument {other:?} (none, {BEFORE_STOP} or {AFTER_START})");
+            eprintln!(
+                "{PROGRAM}: unknown argument {other:?} (none, {BEFORE_STOP}, {AFTER_START} or {} <dir>)",
+                spare::ARG
+            );
             return ExitCode::from(2);
         }
     };
@@ -64,7 +84,11 @@ pub fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(supervise(&settings)) {
+    let outcome = match &spare_of {
+        Some(dir) => runtime.block_on(keep_spare(&settings, dir)),
+        None => runtime.block_on(supervise(&settings)),
+    };
+    match outcome {
         Ok(outcome) => {
             tracing::info!(?outcome, code = outcome.exit_code(), "supervisor ends");
             ExitCode::from(outcome.exit_code())

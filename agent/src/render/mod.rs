@@ -140,6 +140,7 @@ pub fn render(goal: &Goal) -> Result<Rendered, RenderError> {
         b.file(Place::Machine, LOCALDNS_SERVICE, units::service());
         b.file(Place::Machine, LOCALDNS_SLICE, units::slice(l));
         b.file(Place::Machine, LOCALDNS_BRIDGE_SERVICE, units::bridge_service());
+        b.file(Place::Machine, LOCALDNS_SPARE_SERVICE, units::spare_service());
         b.file(
             Place::Machine,
             CONTAINERD_DROP_IN,

@@ -1,10 +1,11 @@
 //! systemd units inside the machine: `localdns.service`, `localdns-bridge.service`,
-//! `localdns.slice` and the containerd/kubelet drop-ins that order them after LocalDNS.
+//! `localdns-spare.service`, `localdns.slice` and the containerd/kubelet drop-ins that order them after LocalDNS.
 
 use super::HEADER;
 use super::paths::{ENVIRONMENT, SUPERVISOR_BINARY};
 use crate::goal::LocalDnsGoal;
 use crate::supervisor::restart_bridge::{AFTER_START, BEFORE_STOP};
+use crate::supervisor::spare;
 
 /// How both LocalDNS services start and stop, and where and as whom they run (a dynamic user).
 const LIFETIME: &str = "TimeoutStartSec=90
@@ -44,11 +45,13 @@ LimitNOFILE=1048576
 /// `StartLimitIntervalSec=0`: a stuck start never wedges the unit.
 /// `ExecStop=` and `ExecStartPost=` bridge any restart of the unit with `localdns-bridge.service`
 /// (`supervisor::restart_bridge`): as root (`+`), never failing the unit (`-`).
+/// `Wants=localdns-spare.service`: every start of the unit starts the spare too ([`spare_service`]).
 pub fn service() -> String {
     format!(
         "{HEADER}[Unit]
 Description=LocalDNS: CoreDNS cache for the node and its pods
 Before=containerd.service kubelet.service
+Wants={SPARE_UNIT}
 StartLimitIntervalSec=0
 
 [Service]
@@ -91,6 +94,40 @@ Environment=LOCALDNS_STANDBY=0
 ExecStart={SUPERVISOR_BINARY}
 {LIFETIME}User=localdns
 {SANDBOX}"
+    )
+}
+
+/// The spare's unit name.
+pub const SPARE_UNIT: &str = "localdns-spare.service";
+/// The supervisor's runtime directory (`localdns.service`'s `RuntimeDirectory=localdns`), where
+/// the spare finds its socket.
+pub const SUPERVISOR_RUNTIME_DIR: &str = "/run/localdns";
+
+/// `localdns-spare.service`: the supervisor as the spare (`supervisor::spare`), a warm standby
+/// CoreDNS that answers on the listeners when `localdns.service`'s supervisor dies, until that
+/// unit is back. Its own unit, so that `KillMode=mixed` of `localdns.service` does not take it
+/// along; the same dynamic user (`User=localdns`), so that its CoreDNS may bind the listeners
+/// beside that unit's and reach its socket; in `localdns.slice`, within the same limits. Started
+/// by `localdns.service`'s `Wants=` and ordered after it, so it starts once CoreDNS serves; it
+/// exits when the supervisor stops on purpose. Not enabled.
+pub fn spare_service() -> String {
+    format!(
+        "{HEADER}[Unit]
+Description=LocalDNS spare: answers on the listeners when the supervisor of localdns.service dies
+After=localdns.service
+StartLimitIntervalSec=0
+
+[Service]
+Type=notify
+EnvironmentFile={ENVIRONMENT}
+ExecStart={SUPERVISOR_BINARY} {} {SUPERVISOR_RUNTIME_DIR}
+Restart=on-failure
+RestartSec=2
+{LIFETIME}User=localdns
+RuntimeDirectory=localdns-spare
+RuntimeDirectoryMode=0700
+{SANDBOX}",
+        spare::ARG
     )
 }
 

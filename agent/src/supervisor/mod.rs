@@ -1,6 +1,7 @@
 //! The LocalDNS supervisor: runs CoreDNS inside the machine, checks its health and reports to systemd
 //! (docs/design.md §7). `src/bin/unbounded-localdns-supervisor.rs` is its thin entry point.
 
+pub mod alive;
 pub mod failures;
 pub mod notify;
 pub mod oom_score;
@@ -8,6 +9,7 @@ pub mod probe;
 pub mod restart_bridge;
 pub mod run;
 pub mod settings;
+pub mod spare;
 pub mod standby;
 pub mod stuck;
 

@@ -11,6 +11,7 @@ use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
 
+use super::alive::{self, AliveLine};
 use super::failures::{FailureWindow, Verdict};
 use super::standby::StandbySlot;
 use super::stuck::{self, StuckWatch};
@@ -85,7 +86,7 @@ fn describe(errors: &[probe::ProbeError]) -> String {
 }
 
 /// Starts `coredns -conf <corefile>` with `stdout` (the supervisor's own, or a pipe).
-fn spawn_coredns(
+pub(super) fn spawn_coredns(
     coredns: &std::path::Path,
     corefile: &std::path::Path,
     stdout: Stdio,
@@ -103,7 +104,7 @@ fn spawn_coredns(
         .spawn()
 }
 
-fn start_coredns(settings: &Settings) -> Result<Child, SuperviseError> {
+pub(super) fn start_coredns(settings: &Settings) -> Result<Child, SuperviseError> {
     tracing::info!(coredns = %settings.coredns.display(), corefile = %settings.corefile.display(), "starting CoreDNS");
     spawn_coredns(&settings.coredns, &settings.corefile, Stdio::inherit()).map_err(|source| {
         SuperviseError::Spawn {
@@ -114,7 +115,7 @@ fn start_coredns(settings: &Settings) -> Result<Child, SuperviseError> {
 }
 
 /// SIGINT to CoreDNS, then wait for it (SIGKILL after the grace period).
-async fn stop_coredns(child: &mut Child) -> Result<(), SuperviseError> {
+pub(super) async fn stop_coredns(child: &mut Child) -> Result<(), SuperviseError> {
     if let Some(pid) = child.id() {
         let pid = Pid::from_raw(i32::try_from(pid).unwrap_or(i32::MAX));
         if let Err(err) = kill(pid, Signal::SIGINT) {
@@ -137,7 +138,7 @@ async fn stop_coredns(child: &mut Child) -> Result<(), SuperviseError> {
 /// Polls both listeners until they pass, within `timeout`; CoreDNS exiting, the timeout (CoreDNS is
 /// then stopped) or SIGTERM/SIGINT end the wait with the supervisor's outcome (`Err`). `Ok` holds
 /// how long it took.
-async fn until_healthy(
+pub(super) async fn until_healthy(
     child: &mut Child,
     settings: &Settings,
     timeout: Duration,
@@ -244,6 +245,8 @@ pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
     );
     tracing::info!("{status}");
     notify::ready(&status);
+    // From now on the spare (`localdns-spare.service`) may watch this supervisor's life.
+    let mut alive = open_alive_line(settings);
 
     // Watchdog: one check per interval; pass → WATCHDOG=1, failures counted in the window. A
     // failed check is followed by quick rechecks; CoreDNS failing `hung_after_failed_checks` in a
@@ -304,6 +307,8 @@ pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
                             tokio::time::sleep(RESTART_BACKOFF * failed_starts).await;
                         }
                         Err(outcome) => {
+                            // The spare takes over while this supervisor ends.
+                            drop(alive.take());
                             standby.stop().await;
                             return Ok(outcome);
                         }
@@ -317,14 +322,9 @@ pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
             _ = sleep_until_some(standby_wake), if standby_wake.is_some() => {
                 standby.wake(settings, |corefile| spawn_coredns(&settings.coredns, corefile, Stdio::piped())).await;
             }
-            _ = term.recv() => {
-                standby.stop().await;
-                return stopped(&mut child).await;
-            }
-            _ = int.recv() => {
-                standby.stop().await;
-                return stopped(&mut child).await;
-            }
+            _ = alive::accept_some(&mut alive) => {}
+            _ = term.recv() => return stopped_on_purpose(&mut child, &mut standby, alive.take()).await,
+            _ = int.recv() => return stopped_on_purpose(&mut child, &mut standby, alive.take()).await,
             _ = sleep_until_some(next_look), if next_look.is_some() => {
                 let now = tokio::time::Instant::now();
                 next_look = settings.stuck_poll().map(|poll| now + poll);
@@ -338,6 +338,7 @@ pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
                     // Its exit is then seen like a crash: the standby takes over, or CoreDNS is
                     // started again. It counts towards the failure rule like a failed check.
                     if let Verdict::GiveUp { failures_in_window } = failures.record_failure(Instant::now()) {
+                        drop(alive.take());
                         return give_up(&mut child, &mut standby, settings, failures_in_window, why).await;
                     }
                     if let Err(err) = child.start_kill() {
@@ -381,6 +382,7 @@ pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
                                 }
                             }
                             Verdict::GiveUp { failures_in_window } => {
+                                drop(alive.take());
                                 return give_up(&mut child, &mut standby, settings, failures_in_window, last_error).await;
                             }
                         }
@@ -418,11 +420,37 @@ async fn give_up(
 }
 
 /// Sleeps until `at` (forever when `None`).
-async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+pub(super) async fn sleep_until_some(at: Option<tokio::time::Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
+}
+
+/// The line to the spare in the runtime directory, if there is one (a supervisor without a
+/// standby, such as the restart bridge's, has none).
+fn open_alive_line(settings: &Settings) -> Option<AliveLine> {
+    let dir = settings.standby_dir.as_ref()?;
+    match AliveLine::open(dir) {
+        Ok(line) => Some(line),
+        Err(err) => {
+            tracing::warn!(%err, dir = %dir.display(), "cannot open the spare's line: no spare answers if this supervisor dies");
+            None
+        }
+    }
+}
+
+/// SIGTERM or SIGINT: the spare is told first (it stands down), then both CoreDNS stop.
+async fn stopped_on_purpose(
+    child: &mut Child,
+    standby: &mut StandbySlot,
+    alive: Option<AliveLine>,
+) -> Result<Outcome, SuperviseError> {
+    if let Some(line) = alive {
+        line.stopping().await;
+    }
+    standby.stop().await;
+    stopped(child).await
 }
 
 async fn stopped(child: &mut Child) -> Result<Outcome, SuperviseError> {

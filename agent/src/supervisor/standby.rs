@@ -111,6 +111,19 @@ impl StandbySlot {
         }
     }
 
+    /// Starts no standby until [`StandbySlot::resume`] (the spare, while its CoreDNS serves, leaves
+    /// the CPU to it and to the supervisor coming back).
+    pub fn hold(&mut self) {
+        self.start_at = None;
+    }
+
+    /// Starts a standby at the next [`StandbySlot::wake`] when none runs.
+    pub fn resume(&mut self) {
+        if self.dir.is_some() && self.current.is_none() {
+            self.start_at = Some(Instant::now());
+        }
+    }
+
     /// When [`StandbySlot::wake`] has something to do: start a standby, or look at a starting one.
     pub fn next_wake(&self) -> Option<Instant> {
         match &self.current {

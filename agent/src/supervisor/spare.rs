@@ -1,0 +1,240 @@
+//! The spare (`localdns-spare.service`, `unbounded-localdns-supervisor spare /run/localdns`): a
+//! warm standby CoreDNS in a unit of its own, which answers on the listeners when
+//! `localdns.service`'s supervisor dies. With `KillMode=mixed` systemd kills everything of that
+//! unit when its main process dies — its CoreDNS and its standby too — and starts it again only
+//! after `RestartSec=2` and a CoreDNS start; the spare lives in another unit, so it survives.
+//!
+//! It keeps a connection to the supervisor's [`alive`] socket. When that connection closes
+//! without [`alive::STOPPING`] (the supervisor died), its standby takes over with the real
+//! Corefile (the same SIGUSR1 reload as the supervisor's own standby) and binds the listeners,
+//! beside the dying unit's CoreDNS if that is still there (`SO_REUSEPORT`, the same user). Once
+//! the restarted supervisor's CoreDNS is healthy (its socket accepts again) the spare stops its
+//! CoreDNS and starts a new standby. A supervisor that stops on purpose (a stop, a planned
+//! restart: the restart bridge answers then) makes the spare stand down: it exits, and the next
+//! start of `localdns.service` starts it again (`Wants=`). When the supervisor is not back within
+//! [`HOLD_LIMIT`] (stopped meanwhile, or failing to start), the spare stops answering and exits.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::AsyncReadExt;
+use tokio::net::UnixStream;
+use tokio::process::Child;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::time::Instant;
+
+use super::run::{
+    Outcome, SuperviseError, sleep_until_some, spawn_coredns, start_coredns, stop_coredns, until_healthy,
+};
+use super::standby::StandbySlot;
+use super::{Settings, alive, notify};
+
+/// The supervisor's argument that makes it the spare; the next is the runtime directory of the
+/// supervisor it stands in for.
+pub const ARG: &str = "spare";
+/// How often the spare tries to connect while the supervisor's socket is not there.
+const CONNECT_POLL: Duration = Duration::from_millis(250);
+/// How long the spare answers on the listeners without the supervisor coming back.
+pub const HOLD_LIMIT: Duration = Duration::from_secs(180);
+/// How long the CoreDNS that takes over may take to answer on both listeners.
+const TAKE_OVER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What the spare does when its connection to the supervisor closes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnClose {
+    /// The supervisor said it stops: exit.
+    StandDown,
+    /// The supervisor died: answer on the listeners.
+    TakeOver,
+}
+
+/// The decision when the connection closes, from whether the supervisor said it stops.
+pub fn on_close(told_stopping: bool) -> OnClose {
+    if told_stopping {
+        OnClose::StandDown
+    } else {
+        OnClose::TakeOver
+    }
+}
+
+/// Whether what the supervisor wrote so far says it stops.
+pub fn says_stopping(received: &[u8]) -> bool {
+    received
+        .windows(alive::STOPPING.len())
+        .any(|w| w == alive::STOPPING)
+}
+
+/// The spare's CoreDNS while it answers, and since when.
+struct Serving {
+    child: Child,
+    since: Instant,
+}
+
+/// Reads from the connection to the supervisor (forever without one).
+async fn read_some(watching: &mut Option<UnixStream>, buf: &mut [u8]) -> std::io::Result<usize> {
+    match watching {
+        Some(stream) => stream.read(buf).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Waits for the serving CoreDNS to exit (forever when none serves).
+async fn serving_exited(serving: &mut Option<Serving>) -> std::io::Result<std::process::ExitStatus> {
+    match serving {
+        Some(s) => s.child.wait().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Runs the spare for the supervisor whose runtime directory is `supervisor_dir`, until a stop,
+/// the supervisor's own stop, or [`HOLD_LIMIT`] answering alone.
+pub async fn keep_spare(settings: &Settings, supervisor_dir: &Path) -> Result<Outcome, SuperviseError> {
+    let mut term = signal(SignalKind::terminate()).map_err(SuperviseError::Signals)?;
+    let mut int = signal(SignalKind::interrupt()).map_err(SuperviseError::Signals)?;
+    let socket = alive::socket_in(supervisor_dir);
+    let mut standby = StandbySlot::new(settings);
+    let mut watching: Option<UnixStream> = None;
+    let mut received: Vec<u8> = Vec::new();
+    let mut serving: Option<Serving> = None;
+    let mut next_connect = Instant::now();
+    let mut buf = [0u8; 64];
+    tracing::info!(socket = %socket.display(), "the spare watches the supervisor");
+    notify::ready(&format!("watching the supervisor at {}", socket.display()));
+    loop {
+        let standby_wake = standby.next_wake();
+        tokio::select! {
+            status = standby.exited() => {
+                let status = status.map_err(SuperviseError::Wait)?;
+                standby.on_exit(status);
+            }
+            _ = sleep_until_some(standby_wake), if standby_wake.is_some() => {
+                standby.wake(settings, |corefile| spawn_coredns(&settings.coredns, corefile, Stdio::piped())).await;
+            }
+            _ = term.recv() => return stand_down(&mut standby, &mut serving, "asked to stop").await,
+            _ = int.recv() => return stand_down(&mut standby, &mut serving, "asked to stop").await,
+            read = read_some(&mut watching, &mut buf) => match read {
+                Ok(n) if n > 0 => received.extend_from_slice(&buf[..n]),
+                closed => {
+                    watching = None;
+                    next_connect = Instant::now() + CONNECT_POLL;
+                    if let Err(err) = closed {
+                        tracing::warn!(%err, "reading the supervisor's socket");
+                    }
+                    match on_close(says_stopping(&received)) {
+                        OnClose::StandDown => {
+                            return stand_down(&mut standby, &mut serving, "the supervisor stops on purpose").await;
+                        }
+                        OnClose::TakeOver if serving.is_none() => {
+                            match take_over(settings, &mut standby, &mut term, &mut int).await? {
+                                Ok(child) => serving = Some(Serving { child, since: Instant::now() }),
+                                Err(Outcome::Stopped) => return Ok(Outcome::Stopped),
+                                Err(outcome) => {
+                                    tracing::error!(?outcome, "the spare's CoreDNS does not answer; DNS waits for localdns.service");
+                                    standby.resume();
+                                }
+                            }
+                        }
+                        OnClose::TakeOver => {}
+                    }
+                }
+            },
+            _ = tokio::time::sleep_until(next_connect), if watching.is_none() => {
+                match UnixStream::connect(&socket).await {
+                    Ok(stream) => {
+                        watching = Some(stream);
+                        received.clear();
+                        if let Some(mut s) = serving.take() {
+                            let answered = s.since.elapsed();
+                            tracing::info!(?answered, "the supervisor is back with a healthy CoreDNS: the spare hands back, stopping its CoreDNS");
+                            stop_coredns(&mut s.child).await?;
+                            standby.resume();
+                            notify::status("the supervisor is back; the spare watches it again");
+                        } else {
+                            tracing::info!("connected to the supervisor");
+                        }
+                    }
+                    Err(_) => {
+                        next_connect = Instant::now() + CONNECT_POLL;
+                        if serving.as_ref().is_some_and(|s| s.since.elapsed() > HOLD_LIMIT) {
+                            let why = format!("the supervisor is not back after {HOLD_LIMIT:?}");
+                            return stand_down(&mut standby, &mut serving, &why).await;
+                        }
+                    }
+                }
+            }
+            status = serving_exited(&mut serving) => {
+                let status = status.map_err(SuperviseError::Wait)?;
+                tracing::error!(%status, "the spare's CoreDNS exited while it answered; DNS waits for localdns.service");
+                serving = None;
+                standby.resume();
+            }
+        }
+    }
+}
+
+/// The supervisor died: the standby (or, without a ready one, a new CoreDNS) takes the real
+/// Corefile; `Ok(Ok)` once both listeners answer.
+async fn take_over(
+    settings: &Settings,
+    standby: &mut StandbySlot,
+    term: &mut tokio::signal::unix::Signal,
+    int: &mut tokio::signal::unix::Signal,
+) -> Result<Result<Child, Outcome>, SuperviseError> {
+    let died = std::time::Instant::now();
+    let mut child = match standby.take_over(settings).await {
+        Some(child) => child,
+        None => start_coredns(settings)?,
+    };
+    // Its next standby waits until the supervisor is back: the CPU goes to the CoreDNS answering
+    // and to the supervisor's restart.
+    standby.hold();
+    let why = "the supervisor died: the spare answers on the listeners until it is back";
+    tracing::error!(pid = child.id(), "{why}");
+    notify::status(why);
+    Ok(
+        match until_healthy(
+            &mut child,
+            settings,
+            TAKE_OVER_TIMEOUT.min(settings.start_timeout),
+            term,
+            int,
+        )
+        .await?
+        {
+            Ok(_) => {
+                tracing::info!(took = ?died.elapsed(), "both listeners answer (the spare)");
+                Ok(child)
+            }
+            Err(outcome) => Err(outcome),
+        },
+    )
+}
+
+/// Stops the spare's CoreDNS processes and ends it.
+async fn stand_down(
+    standby: &mut StandbySlot,
+    serving: &mut Option<Serving>,
+    why: &str,
+) -> Result<Outcome, SuperviseError> {
+    tracing::info!("{why}: the spare stands down");
+    notify::stopping();
+    standby.stop().await;
+    if let Some(mut s) = serving.take() {
+        stop_coredns(&mut s.child).await?;
+    }
+    Ok(Outcome::Stopped)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_closed_line_is_a_death_unless_the_supervisor_said_it_stops() {
+        assert_eq!(on_close(says_stopping(b"")), OnClose::TakeOver);
+        assert_eq!(on_close(says_stopping(b"stop")), OnClose::TakeOver);
+        assert_eq!(on_close(says_stopping(alive::STOPPING)), OnClose::StandDown);
+        assert_eq!(on_close(says_stopping(b"xxstopping\nyy")), OnClose::StandDown);
+    }
+}
