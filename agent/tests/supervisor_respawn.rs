@@ -758,6 +758,25 @@ fn a_spare_answers_when_the_supervisor_dies_and_hands_back_when_it_is_back() {
         "the supervisor SIGKILLed: both listeners answered the spare's CoreDNS {serving} after {took:?}"
     );
 
+    // Lookups throughout the hand back, as a stub resolver asks: two tries of a second each.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let asking = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let (mut lookups, mut failed) = (0u32, Vec::new());
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for l in listeners {
+                    lookups += 1;
+                    let answered =
+                        (0..2).any(|_| matches!(dns_rcode(l, HEALTH_NAME, Duration::from_secs(1)), Ok(0)));
+                    if !answered {
+                        failed.push(format!("lookup {lookups} of {l}"));
+                    }
+                }
+            }
+            (lookups, failed)
+        })
+    };
     let mut second = Supervised::spawn(goal, Standby::On, &[("RUNTIME_DIRECTORY", &shared_dir)]);
     until_logged(&spare, "the spare hands back", Duration::from_secs(10));
     wait_bound(&listeners, 1, Duration::from_secs(10)).unwrap();
@@ -771,6 +790,17 @@ fn a_spare_answers_when_the_supervisor_dies_and_hands_back_when_it_is_back() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (lookups, failed) = asking.join().unwrap();
+    assert!(lookups > 0, "no lookups were made");
+    assert!(
+        failed.is_empty(),
+        "{} of {lookups} lookups got no answer while the spare handed back: {failed:?}\n{}\n{}",
+        failed.len(),
+        spare.log(),
+        second.log()
+    );
     assert!(second.both_answer(), "{}", second.log());
     assert_ne!(second.coredns_pid(), serving);
     spare.until_standby_ready();

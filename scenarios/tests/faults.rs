@@ -7,18 +7,19 @@
 //! * the lab's upstream DNS stops answering: a name cached before keeps answering from the node
 //!   listener after its TTL (`serve_stale`, `coredns_cache_served_stale_total` rises), a name never
 //!   asked gets no address, and names resolve again once the upstream answers;
-//! * the supervisor killed with SIGKILL: systemd starts `localdns.service` again and both
-//!   listeners answer;
+//! * the supervisor killed with SIGKILL: the spare (`localdns-spare.service`) answers on both
+//!   listeners, systemd starts `localdns.service` again and the spare hands back;
 //! * CoreDNS hung with SIGSTOP, a client connected to each listener: the connections wait on its
 //!   sockets while the kernel shows it stopped, the supervisor (the same process) kills it and the
 //!   standby takes over; both listeners answer it (the supervisor's lines printed with their
 //!   times);
 //! * an operator's `systemctl restart localdns`: the unit's own bridge (`localdns-bridge.service`,
 //!   started by its `ExecStop=`, stopped by its `ExecStartPost=`) answers meanwhile, and a `dig`
-//!   loop on both listeners throughout the restart gets every answer;
+//!   loop on both listeners throughout the restart gets every answer; the spare stands down
+//!   without answering and is started again with the unit;
 //! * CoreDNS at its `MemoryMax`: `localdns.slice`'s limit lowered (at runtime) to what it uses plus
 //!   [`FILL_HEADROOM_MIB`], then CoreDNS's own cache filled with big answers until the serving
-//!   CoreDNS is gone — the kernel OOM-kills the idle standby first (`oom_score_adj` 1000), then the
+//!   CoreDNS is gone — the kernel OOM-kills an idle standby first (`oom_score_adj` 1000), then the
 //!   serving CoreDNS is OOM-killed or, stalled by reclaim at the limit, fails its checks and the
 //!   supervisor kills it as hung; DNS comes back on both listeners, restarted inside the slice:
 //!   by the supervisor (the same process, `localdns.service` not restarted), or — when the
@@ -419,8 +420,13 @@ fn supervisor_killed(node: &JoinedNode) -> anyhow::Result<()> {
     let supervisor = supervisor_pid(node)?;
     let coredns = active_coredns(node)?;
     let since = node.vm.run("date +%s")?.trim().to_string();
-    let (ms, _) = fault_then_recovery(node, "KILL", &supervisor, &coredns)?;
+    let (ms, answering) = fault_then_recovery(node, "KILL", &supervisor, &coredns)?;
+    let answering_unit = unit_of(node, &answering)?;
     let spare_said = unit_journal_since(node, SPARE_UNIT, &since)?;
+    ensure!(
+        answering_unit == SPARE_UNIT,
+        "both listeners answered {ms} ms after the supervisor was killed, but from CoreDNS {answering} of {answering_unit:?}, not of {SPARE_UNIT}:\n{spare_said}"
+    );
     ensure!(
         spare_said.contains(SPARE_ANSWERS),
         "both listeners answered {ms} ms after the supervisor was killed, but not the spare's CoreDNS ({SPARE_UNIT}'s journal has no {SPARE_ANSWERS:?}):\n{spare_said}"

@@ -39,6 +39,11 @@ const CONNECT_POLL: Duration = Duration::from_millis(250);
 pub const HOLD_LIMIT: Duration = Duration::from_secs(180);
 /// How long the CoreDNS that takes over may take to answer on both listeners.
 const TAKE_OVER_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the spare waits, once the supervisor is back, for its CoreDNS's sockets beside the
+/// spare's before it stops its own anyway.
+const HAND_BACK_TIMEOUT: Duration = Duration::from_secs(60);
+/// How often the sockets are looked at meanwhile.
+const HAND_BACK_POLL: Duration = Duration::from_millis(200);
 
 /// What the spare does when its connection to the supervisor closes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,8 +150,11 @@ pub async fn keep_spare(settings: &Settings, supervisor_dir: &Path) -> Result<Ou
                         watching = Some(stream);
                         received.clear();
                         if let Some(mut s) = serving.take() {
+                            if let Err(last) = until_held_beside(settings).await {
+                                tracing::warn!(%last, "the supervisor is back, but its CoreDNS's sockets are not beside the spare's after {HAND_BACK_TIMEOUT:?}");
+                            }
                             let answered = s.since.elapsed();
-                            tracing::info!(?answered, "the supervisor is back with a healthy CoreDNS: the spare hands back, stopping its CoreDNS");
+                            tracing::info!(?answered, "the supervisor is back with its CoreDNS on the listeners: the spare hands back, stopping its CoreDNS");
                             stop_coredns(&mut s.child).await?;
                             standby.resume();
                             notify::status("the supervisor is back; the spare watches it again");
@@ -209,6 +217,30 @@ async fn take_over(
             Err(outcome) => Err(outcome),
         },
     )
+}
+
+/// Waits until each listener has two UDP and two TCP sockets on port 53: the restarted
+/// supervisor's CoreDNS beside the spare's. The supervisor's readiness alone does not say so: its
+/// start checks may have been answered by the spare's CoreDNS. `Err` names what is short.
+async fn until_held_beside(settings: &Settings) -> Result<(), String> {
+    let deadline = Instant::now() + HAND_BACK_TIMEOUT;
+    loop {
+        let last = match crate::sockets::bound_sockets() {
+            Ok(bound) => {
+                let short =
+                    crate::sockets::short_of(&bound, &settings.listeners(), super::settings::DNS_PORT, 2);
+                if short.is_empty() {
+                    return Ok(());
+                }
+                short.join(", ")
+            }
+            Err(err) => err,
+        };
+        if Instant::now() >= deadline {
+            return Err(last);
+        }
+        tokio::time::sleep(HAND_BACK_POLL).await;
+    }
 }
 
 /// Stops the spare's CoreDNS processes and ends it.
