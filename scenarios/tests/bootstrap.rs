@@ -1,6 +1,7 @@
 //! Scenario `bootstrap`: the agent, deployed into a lab VM, provisions its nspawn machine and
 //! the node joins the lab's cluster — the Node registers and becomes Ready, `localdns.service`
-//! runs in the machine (and does not exist with LocalDNS off), and an ordinary pod runs on the
+//! runs in the machine with its spare (`localdns-spare.service`) connected to the supervisor (and
+//! does not exist with LocalDNS off), and an ordinary pod runs on the
 //! node with its log readable through the API server (`kubectl logs`). Then `start` again:
 //! on the finished node it changes nothing (files, inodes, mtimes, unit invocations), and from an
 //! install state set back to `starting-node` (standing in for a `start` killed in that stage) it
@@ -75,6 +76,7 @@ fn bootstrap(node: &mut JoinedNode) -> anyhow::Result<()> {
             "localdns.service in {machine} is {:?} (exit {status:?}), expected active",
             active.trim()
         );
+        the_spare_watches_the_supervisor(node, &machine)?;
     } else {
         ensure!(
             load.trim() == "not-found",
@@ -141,6 +143,33 @@ fn bootstrap(node: &mut JoinedNode) -> anyhow::Result<()> {
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// The spare (`localdns-spare.service`, started with `localdns.service`) runs and is connected
+/// to the supervisor's socket, so that it would answer if the supervisor died (the faults
+/// scenario kills it).
+fn the_spare_watches_the_supervisor(node: &JoinedNode, machine: &str) -> anyhow::Result<()> {
+    let started = std::time::Instant::now();
+    loop {
+        let (_, active) = node.machine_systemctl(machine, "is-active localdns-spare.service")?;
+        let journal = node
+            .vm
+            .run_unchecked(&scenarios::dns::in_machine(
+                machine,
+                "journalctl -u localdns-spare.service -o cat --no-pager",
+            ))?
+            .stdout_text();
+        if active.trim() == "active" && journal.contains("connected to the supervisor") {
+            eprintln!("==> localdns-spare.service runs in {machine}, connected to the supervisor");
+            return Ok(());
+        }
+        ensure!(
+            started.elapsed() < std::time::Duration::from_secs(120),
+            "localdns-spare.service in {machine} is {:?}, not active and connected to the supervisor within 120 s; its journal:\n{journal}",
+            active.trim()
+        );
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
 }
 
 /// `harness lab status` sees the Node Ready in slot `machine` with `localdns.service` active and

@@ -38,7 +38,12 @@ pub use agent::paths::{
     HOST_LOCALDNS_DIR, NETWORK_UNIT as NETWORK_UNIT_FILE, NETWORK_UNIT_NAME as NETWORK_UNIT,
 };
 /// The machine's LocalDNS units.
-pub const MACHINE_UNITS: [&str; 2] = ["localdns.service", "localdns.slice"];
+pub const MACHINE_UNITS: [&str; 4] = [
+    "localdns.service",
+    "localdns-bridge.service",
+    "localdns-spare.service",
+    "localdns.slice",
+];
 
 /// The machine `kube1` or `kube2` as the agent's slot.
 pub fn slot(machine: &str) -> agent::names::Slot {
@@ -58,6 +63,8 @@ pub fn machine_files(machine: &str) -> Vec<String> {
     [
         LOCALDNS_SERVICE,
         LOCALDNS_SLICE,
+        LOCALDNS_BRIDGE_SERVICE,
+        LOCALDNS_SPARE_SERVICE,
         LOCALDNS_SERVICE_WANTS_LINK,
         CONTAINERD_DROP_IN,
         KUBELET_DROP_IN,
