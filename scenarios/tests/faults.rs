@@ -335,10 +335,11 @@ fn until_spare_ready(node: &JoinedNode) -> anyhow::Result<()> {
             MACHINE,
             &format!("show -p ActiveState -p StatusText {SPARE_UNIT}"),
         )?;
-        if status.contains("ActiveState=active")
-            && status.contains("standby CoreDNS")
-            && status.trim_end().ends_with("ready")
-        {
+        let active = status.lines().any(|l| l.trim() == "ActiveState=active");
+        let ready = status.lines().any(|l| {
+            l.starts_with("StatusText=") && l.contains("standby CoreDNS") && l.trim_end().ends_with(" ready")
+        });
+        if active && ready {
             return Ok(());
         }
         ensure!(
