@@ -705,8 +705,10 @@ fn until_logged(supervised: &Supervised, needle: &str, timeout: Duration) {
 /// runtime directory is `<dir>`. The first supervisor SIGKILLed, then its CoreDNS and standby (as
 /// `KillMode=mixed` has systemd do): the spare's standby takes over and both listeners answer;
 /// a new supervisor in the same directory, once healthy, gets the listeners back (the spare stops
-/// its CoreDNS: one UDP and one TCP socket on each listener); that supervisor stopping on purpose
-/// (SIGTERM) makes the spare stand down and exit 0, with nothing on the listeners.
+/// its CoreDNS: one UDP and one TCP socket on each listener), every lookup meanwhile answered;
+/// that supervisor stopping on purpose (SIGTERM) makes the spare stand by without answering, it
+/// connects to the next supervisor, and when that one stops and nothing comes back within the
+/// hold limit (`LOCALDNS_SPARE_HOLD_SECS`, 3 s here) the spare exits 0.
 #[test]
 fn a_spare_answers_when_the_supervisor_dies_and_hands_back_when_it_is_back() {
     use agent::start::localdns_restart::wait_bound;
@@ -716,7 +718,12 @@ fn a_spare_answers_when_the_supervisor_dies_and_hands_back_when_it_is_back() {
     let mut first = Supervised::start_with(Standby::On, &[("RUNTIME_DIRECTORY", &shared_dir)]);
     let goal = first.goal.clone();
     let listeners = [goal.node_listener.addr(), goal.cluster_listener.addr()];
-    let mut spare = Supervised::spawn_args(goal.clone(), Standby::On, &[], &["spare", &shared_dir]);
+    let mut spare = Supervised::spawn_args(
+        goal.clone(),
+        Standby::On,
+        &[("LOCALDNS_SPARE_HOLD_SECS", "3")],
+        &["spare", &shared_dir],
+    );
     until_logged(&spare, "connected to the supervisor", Duration::from_secs(10));
     let held = || {
         let bound = agent::sockets::bound_sockets().unwrap();
@@ -777,7 +784,7 @@ fn a_spare_answers_when_the_supervisor_dies_and_hands_back_when_it_is_back() {
             (lookups, failed)
         })
     };
-    let mut second = Supervised::spawn(goal, Standby::On, &[("RUNTIME_DIRECTORY", &shared_dir)]);
+    let mut second = Supervised::spawn(goal.clone(), Standby::On, &[("RUNTIME_DIRECTORY", &shared_dir)]);
     until_logged(&spare, "the spare hands back", Duration::from_secs(10));
     wait_bound(&listeners, 1, Duration::from_secs(10)).unwrap();
     let started = Instant::now();
@@ -805,6 +812,7 @@ fn a_spare_answers_when_the_supervisor_dies_and_hands_back_when_it_is_back() {
     assert_ne!(second.coredns_pid(), serving);
     spare.until_standby_ready();
 
+    // A stop on purpose: the spare stands by, answering nothing, and watches the next supervisor.
     kill(Pid::from_raw(second.supervisor.0.id() as i32), Signal::SIGTERM).unwrap();
     let status = second.supervisor().wait().unwrap();
     assert!(
@@ -812,6 +820,32 @@ fn a_spare_answers_when_the_supervisor_dies_and_hands_back_when_it_is_back() {
         "the second supervisor: {status}\n{}",
         second.log()
     );
+    until_logged(
+        &spare,
+        "the supervisor stops on purpose: the spare stands by",
+        Duration::from_secs(10),
+    );
+    assert_eq!(held(), [(0, 0), (0, 0)], "{}", spare.log());
+    assert_eq!(
+        spare.log().matches("the supervisor died").count(),
+        1,
+        "{}",
+        spare.log()
+    );
+    let mut third = Supervised::spawn(goal.clone(), Standby::Off, &[("RUNTIME_DIRECTORY", &shared_dir)]);
+    let started = Instant::now();
+    while spare.log().matches("connected to the supervisor").count() < 2 {
+        assert!(
+            started.elapsed() < GIVE_UP,
+            "the spare did not connect to the third supervisor\n{}",
+            spare.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    // Stopped, and not back within the hold limit (3 s here): the spare exits 0.
+    kill(Pid::from_raw(third.supervisor.0.id() as i32), Signal::SIGTERM).unwrap();
+    third.supervisor().wait().unwrap();
     let stopped = Instant::now();
     let status = loop {
         if let Some(status) = spare.supervisor().try_wait().unwrap() {
@@ -819,7 +853,7 @@ fn a_spare_answers_when_the_supervisor_dies_and_hands_back_when_it_is_back() {
         }
         assert!(
             stopped.elapsed() < GIVE_UP,
-            "the spare did not stand down after the supervisor stopped on purpose\n{}",
+            "the spare did not exit after the supervisor stayed away\n{}",
             spare.log()
         );
         std::thread::sleep(Duration::from_millis(50));
@@ -828,7 +862,7 @@ fn a_spare_answers_when_the_supervisor_dies_and_hands_back_when_it_is_back() {
     assert!(
         spare
             .log()
-            .contains("the supervisor stops on purpose: the spare stands down"),
+            .contains("the supervisor has been gone for 3s: the spare stands down and exits"),
         "{}",
         spare.log()
     );

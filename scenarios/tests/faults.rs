@@ -15,8 +15,8 @@
 //!   times);
 //! * an operator's `systemctl restart localdns`: the unit's own bridge (`localdns-bridge.service`,
 //!   started by its `ExecStop=`, stopped by its `ExecStartPost=`) answers meanwhile, and a `dig`
-//!   loop on both listeners throughout the restart gets every answer; the spare stands down
-//!   without answering and is started again with the unit;
+//!   loop on both listeners throughout the restart gets every answer; the spare stands by
+//!   without answering and connects to the restarted supervisor;
 //! * CoreDNS at its `MemoryMax`: `localdns.slice`'s limit lowered (at runtime) to what it uses plus
 //!   [`FILL_HEADROOM_MIB`], then CoreDNS's own cache filled with big answers until the serving
 //!   CoreDNS is gone — the kernel OOM-kills an idle standby first (`oom_score_adj` 1000), then the
@@ -322,7 +322,9 @@ const SPARE_UNIT: &str = "localdns-spare.service";
 /// The spare's journal line when its CoreDNS answers in place of a dead supervisor's.
 const SPARE_ANSWERS: &str = "both listeners answer (the spare)";
 /// The spare's journal line when the supervisor stops on purpose.
-const SPARE_STANDS_DOWN: &str = "the supervisor stops on purpose: the spare stands down";
+const SPARE_STANDS_BY: &str = "the supervisor stops on purpose: the spare stands by";
+/// The spare's journal line when it connected to a supervisor.
+const SPARE_CONNECTED: &str = "connected to the supervisor";
 /// The spare's journal line when the restarted supervisor got the listeners back.
 const SPARE_HANDS_BACK: &str = "the spare hands back";
 
@@ -725,13 +727,24 @@ fn operator_restart(node: &JoinedNode) -> anyhow::Result<()> {
     );
     ensure_bridged(node, &since)?;
     probed.ensure_every_lookup_answered("an operator's systemctl restart localdns")?;
-    // A stop on purpose: the spare stood down rather than take over, and the unit's start
-    // started it again.
-    let spare_said = unit_journal_since(node, SPARE_UNIT, &since)?;
-    ensure!(
-        spare_said.contains(SPARE_STANDS_DOWN) && !spare_said.contains(SPARE_ANSWERS),
-        "{SPARE_UNIT} should have stood down ({SPARE_STANDS_DOWN:?}) without answering during the restart:\n{spare_said}"
-    );
+    // A stop on purpose: the spare stood by rather than take over, and watches the restarted
+    // supervisor.
+    let started = std::time::Instant::now();
+    loop {
+        let spare_said = unit_journal_since(node, SPARE_UNIT, &since)?;
+        ensure!(
+            spare_said.contains(SPARE_STANDS_BY) && !spare_said.contains(SPARE_ANSWERS),
+            "{SPARE_UNIT} should have stood by ({SPARE_STANDS_BY:?}) without answering during the restart:\n{spare_said}"
+        );
+        if spare_said.contains(SPARE_CONNECTED) {
+            break;
+        }
+        ensure!(
+            started.elapsed() < Duration::from_secs(u64::from(RECOVERY_LIMIT_S)),
+            "{SPARE_UNIT} did not connect to the restarted supervisor within {RECOVERY_LIMIT_S} s:\n{spare_said}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
     until_spare_ready(node)?;
     eprintln!(
         "==> systemctl restart localdns by hand ({:.1} s): bridged by the unit, {} lookups of both listeners meanwhile, all answered",

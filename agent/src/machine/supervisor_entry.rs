@@ -85,7 +85,16 @@ pub fn main() -> ExitCode {
         }
     };
     let outcome = match &spare_of {
-        Some(dir) => runtime.block_on(keep_spare(&settings, dir)),
+        Some(dir) => {
+            let hold = match spare::hold_from(std::env::var(spare::HOLD_VAR).ok().as_deref()) {
+                Ok(hold) => hold,
+                Err(err) => {
+                    eprintln!("{PROGRAM}: {err}");
+                    return ExitCode::from(2);
+                }
+            };
+            runtime.block_on(keep_spare(&settings, dir, hold))
+        }
         None => runtime.block_on(supervise(&settings)),
     };
     match outcome {

@@ -109,7 +109,8 @@ pub const SUPERVISOR_RUNTIME_DIR: &str = "/run/localdns";
 /// along; the same dynamic user (`User=localdns`), so that its CoreDNS may bind the listeners
 /// beside that unit's and reach its socket; in `localdns.slice`, within the same limits. Started
 /// by `localdns.service`'s `Wants=` and ordered after it, so it starts once CoreDNS serves; it
-/// exits when the supervisor stops on purpose. Not enabled.
+/// stands by while the supervisor is stopped on purpose, and exits when it stays away (180 s).
+/// Not enabled.
 pub fn spare_service() -> String {
     format!(
         "{HEADER}[Unit]

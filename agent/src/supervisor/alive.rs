@@ -4,7 +4,7 @@
 //! whatever kills it (SIGKILL, a crash, systemd's watchdog), so the spare learns of the death at
 //! once, before systemd has even noticed. A supervisor that stops on purpose (SIGTERM: a stop or a
 //! planned restart of the unit) first writes [`STOPPING`] to each connection, so that the spare
-//! stands down instead of taking over.
+//! stands by instead of taking over.
 
 use std::io;
 use std::path::{Path, PathBuf};

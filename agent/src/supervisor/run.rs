@@ -440,7 +440,7 @@ fn open_alive_line(settings: &Settings) -> Option<AliveLine> {
     }
 }
 
-/// SIGTERM or SIGINT: the spare is told first (it stands down), then both CoreDNS stop.
+/// SIGTERM or SIGINT: the spare is told first (it stands by), then both CoreDNS stop.
 async fn stopped_on_purpose(
     child: &mut Child,
     standby: &mut StandbySlot,

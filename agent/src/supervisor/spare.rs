@@ -10,9 +10,11 @@
 //! beside the dying unit's CoreDNS if that is still there (`SO_REUSEPORT`, the same user). Once
 //! the restarted supervisor's CoreDNS is healthy (its socket accepts again) the spare stops its
 //! CoreDNS and starts a new standby. A supervisor that stops on purpose (a stop, a planned
-//! restart: the restart bridge answers then) makes the spare stand down: it exits, and the next
-//! start of `localdns.service` starts it again (`Wants=`). When the supervisor is not back within
-//! [`HOLD_LIMIT`] (stopped meanwhile, or failing to start), the spare stops answering and exits.
+//! restart: the restart bridge answers then) makes the spare stand by: it does not answer, and
+//! connects again when the supervisor is back. When the supervisor is not back within the hold
+//! limit ([`DEFAULT_HOLD`], `LOCALDNS_SPARE_HOLD_SECS`; stopped for good, or failing to start), the
+//! spare stops answering and exits; the next start of `localdns.service` starts it again
+//! (`Wants=`).
 
 use std::path::Path;
 use std::process::Stdio;
@@ -35,8 +37,11 @@ use super::{Settings, alive, notify};
 pub const ARG: &str = "spare";
 /// How often the spare tries to connect while the supervisor's socket is not there.
 const CONNECT_POLL: Duration = Duration::from_millis(250);
-/// How long the spare answers on the listeners without the supervisor coming back.
-pub const HOLD_LIMIT: Duration = Duration::from_secs(180);
+/// How long the spare waits for the supervisor to come back — answering on the listeners after its
+/// death, standing by after its stop — before it exits.
+pub const DEFAULT_HOLD: Duration = Duration::from_secs(180);
+/// The environment variable that sets the hold limit in seconds.
+pub const HOLD_VAR: &str = "LOCALDNS_SPARE_HOLD_SECS";
 /// How long the CoreDNS that takes over may take to answer on both listeners.
 const TAKE_OVER_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long the spare waits, once the supervisor is back, for its CoreDNS's sockets beside the
@@ -48,8 +53,8 @@ const HAND_BACK_POLL: Duration = Duration::from_millis(200);
 /// What the spare does when its connection to the supervisor closes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OnClose {
-    /// The supervisor said it stops: exit.
-    StandDown,
+    /// The supervisor said it stops: do not answer, wait for it to come back.
+    StandBy,
     /// The supervisor died: answer on the listeners.
     TakeOver,
 }
@@ -57,7 +62,7 @@ pub enum OnClose {
 /// The decision when the connection closes, from whether the supervisor said it stops.
 pub fn on_close(told_stopping: bool) -> OnClose {
     if told_stopping {
-        OnClose::StandDown
+        OnClose::StandBy
     } else {
         OnClose::TakeOver
     }
@@ -92,9 +97,24 @@ async fn serving_exited(serving: &mut Option<Serving>) -> std::io::Result<std::p
     }
 }
 
-/// Runs the spare for the supervisor whose runtime directory is `supervisor_dir`, until a stop,
-/// the supervisor's own stop, or [`HOLD_LIMIT`] answering alone.
-pub async fn keep_spare(settings: &Settings, supervisor_dir: &Path) -> Result<Outcome, SuperviseError> {
+/// The hold limit from [`HOLD_VAR`] (whole seconds), or [`DEFAULT_HOLD`].
+pub fn hold_from(value: Option<&str>) -> Result<Duration, String> {
+    match value.map(str::trim) {
+        None | Some("") => Ok(DEFAULT_HOLD),
+        Some(v) => v
+            .parse()
+            .map(Duration::from_secs)
+            .map_err(|_| format!("{HOLD_VAR}={v:?} is not a number of seconds")),
+    }
+}
+
+/// Runs the spare for the supervisor whose runtime directory is `supervisor_dir`, until it is
+/// stopped or the supervisor has been gone for `hold`.
+pub async fn keep_spare(
+    settings: &Settings,
+    supervisor_dir: &Path,
+    hold: Duration,
+) -> Result<Outcome, SuperviseError> {
     let mut term = signal(SignalKind::terminate()).map_err(SuperviseError::Signals)?;
     let mut int = signal(SignalKind::interrupt()).map_err(SuperviseError::Signals)?;
     let socket = alive::socket_in(supervisor_dir);
@@ -103,6 +123,8 @@ pub async fn keep_spare(settings: &Settings, supervisor_dir: &Path) -> Result<Ou
     let mut received: Vec<u8> = Vec::new();
     let mut serving: Option<Serving> = None;
     let mut next_connect = Instant::now();
+    // Since when the spare has had no connection to the supervisor.
+    let mut gone_since = Some(Instant::now());
     let mut buf = [0u8; 64];
     tracing::info!(socket = %socket.display(), "the spare watches the supervisor");
     notify::ready(&format!("watching the supervisor at {}", socket.display()));
@@ -123,12 +145,14 @@ pub async fn keep_spare(settings: &Settings, supervisor_dir: &Path) -> Result<Ou
                 closed => {
                     watching = None;
                     next_connect = Instant::now() + CONNECT_POLL;
+                    gone_since = Some(Instant::now());
                     if let Err(err) = closed {
                         tracing::warn!(%err, "reading the supervisor's socket");
                     }
                     match on_close(says_stopping(&received)) {
-                        OnClose::StandDown => {
-                            return stand_down(&mut standby, &mut serving, "the supervisor stops on purpose").await;
+                        OnClose::StandBy => {
+                            tracing::info!("the supervisor stops on purpose: the spare stands by until it is back");
+                            notify::status("the supervisor stopped; the spare stands by");
                         }
                         OnClose::TakeOver if serving.is_none() => {
                             match take_over(settings, &mut standby, &mut term, &mut int).await? {
@@ -149,6 +173,7 @@ pub async fn keep_spare(settings: &Settings, supervisor_dir: &Path) -> Result<Ou
                     Ok(stream) => {
                         watching = Some(stream);
                         received.clear();
+                        gone_since = None;
                         if let Some(mut s) = serving.take() {
                             if let Err(last) = until_held_beside(settings).await {
                                 tracing::warn!(%last, "the supervisor is back, but its CoreDNS's sockets are not beside the spare's after {HAND_BACK_TIMEOUT:?}");
@@ -164,8 +189,8 @@ pub async fn keep_spare(settings: &Settings, supervisor_dir: &Path) -> Result<Ou
                     }
                     Err(_) => {
                         next_connect = Instant::now() + CONNECT_POLL;
-                        if serving.as_ref().is_some_and(|s| s.since.elapsed() > HOLD_LIMIT) {
-                            let why = format!("the supervisor is not back after {HOLD_LIMIT:?}");
+                        if gone_since.is_some_and(|since| since.elapsed() > hold) {
+                            let why = format!("the supervisor has been gone for {hold:?}");
                             return stand_down(&mut standby, &mut serving, &why).await;
                         }
                     }
@@ -249,7 +274,7 @@ async fn stand_down(
     serving: &mut Option<Serving>,
     why: &str,
 ) -> Result<Outcome, SuperviseError> {
-    tracing::info!("{why}: the spare stands down");
+    tracing::info!("{why}: the spare stands down and exits");
     notify::stopping();
     standby.stop().await;
     if let Some(mut s) = serving.take() {
@@ -266,7 +291,16 @@ mod tests {
     fn a_closed_line_is_a_death_unless_the_supervisor_said_it_stops() {
         assert_eq!(on_close(says_stopping(b"")), OnClose::TakeOver);
         assert_eq!(on_close(says_stopping(b"stop")), OnClose::TakeOver);
-        assert_eq!(on_close(says_stopping(alive::STOPPING)), OnClose::StandDown);
-        assert_eq!(on_close(says_stopping(b"xxstopping\nyy")), OnClose::StandDown);
+        assert_eq!(on_close(says_stopping(alive::STOPPING)), OnClose::StandBy);
+        assert_eq!(on_close(says_stopping(b"xxstopping\nyy")), OnClose::StandBy);
+    }
+
+    #[test]
+    fn the_hold_limit_is_whole_seconds_or_the_default() {
+        assert_eq!(hold_from(None), Ok(DEFAULT_HOLD));
+        assert_eq!(hold_from(Some(" ")), Ok(DEFAULT_HOLD));
+        assert_eq!(hold_from(Some("5")), Ok(Duration::from_secs(5)));
+        let err = hold_from(Some("5s")).unwrap_err();
+        assert!(err.contains(HOLD_VAR) && err.contains("5s"), "{err}");
     }
 }
