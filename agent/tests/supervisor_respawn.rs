@@ -842,6 +842,11 @@ fn a_spare_answers_when_the_supervisor_dies_and_hands_back_when_it_is_back() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+    // Its status names its standby, ready all along, for `systemctl show -p StatusText`.
+    spare.until_notified(
+        "watching the supervisor; standby CoreDNS",
+        Duration::from_secs(10),
+    );
 
     // Stopped, and not back within the hold limit (3 s here): the spare exits 0.
     kill(Pid::from_raw(third.supervisor.0.id() as i32), Signal::SIGTERM).unwrap();

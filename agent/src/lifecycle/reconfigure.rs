@@ -108,8 +108,16 @@ pub fn run(exec: &mut Executor) -> Result<(), StartError> {
     if !now_on {
         // The slice outlives its service (and its removed unit file) until it is stopped too. A
         // unit already down is left alone: with its file gone `systemctl stop` would fail on it
-        // (a re-run after an interruption).
-        for unit in ["localdns.service", "localdns.slice"] {
+        // (a re-run after an interruption). The spare and the bridge are stopped by name: once
+        // their files are gone and systemd reloaded, a running unit has lost its dependency on
+        // the slice, so stopping the slice does not stop it (seen on a lab node: the spare stayed
+        // active).
+        for unit in [
+            "localdns-spare.service",
+            "localdns.service",
+            "localdns-bridge.service",
+            "localdns.slice",
+        ] {
             if runner.unit_state(unit)? != "inactive" {
                 runner.run(&["systemctl", "stop", unit])?;
                 exec.line(&format!("stopped {unit}"));

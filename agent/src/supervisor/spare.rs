@@ -182,10 +182,15 @@ pub async fn keep_spare(
                             tracing::info!(?answered, "the supervisor is back with its CoreDNS on the listeners: the spare hands back, stopping its CoreDNS");
                             stop_coredns(&mut s.child).await?;
                             standby.resume();
-                            notify::status("the supervisor is back; the spare watches it again");
                         } else {
                             tracing::info!("connected to the supervisor");
                         }
+                        // The status names the ready standby again (`localdns.service`'s reads
+                        // the same way); one not ready yet says so itself once it is.
+                        notify::status(&match standby.ready_pid() {
+                            Some(pid) => format!("watching the supervisor; standby CoreDNS {pid} ready"),
+                            None => "watching the supervisor; its standby CoreDNS is starting".to_string(),
+                        });
                     }
                     Err(_) => {
                         next_connect = Instant::now() + CONNECT_POLL;

@@ -111,6 +111,14 @@ impl StandbySlot {
         }
     }
 
+    /// The pid of the standby when one is ready to take over.
+    pub fn ready_pid(&self) -> Option<u32> {
+        self.current
+            .as_ref()
+            .filter(|s| s.ready)
+            .and_then(|s| s.child.id())
+    }
+
     /// Starts no standby until [`StandbySlot::resume`] (the spare, while its CoreDNS serves, leaves
     /// the CPU to it and to the supervisor coming back).
     pub fn hold(&mut self) {
