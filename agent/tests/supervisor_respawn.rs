@@ -619,8 +619,6 @@ fn without_the_queue_rule_a_hung_coredns_is_killed_after_three_failed_checks() {
 #[test]
 fn a_bridge_supervisor_shares_the_listeners_and_answers_while_the_first_stops() {
     use agent::start::localdns_restart::wait_bound;
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, Ordering};
 
     let mut first = Supervised::start(Standby::Off);
     let listeners = [
@@ -636,25 +634,7 @@ fn a_bridge_supervisor_shares_the_listeners_and_answers_while_the_first_stops() 
         )
     });
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let asking = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            let (mut lookups, mut failed) = (0u32, Vec::new());
-            while !stop.load(Ordering::Relaxed) {
-                for l in listeners {
-                    lookups += 1;
-                    // As a stub resolver asks: two tries of a second each.
-                    let answered =
-                        (0..2).any(|_| matches!(dns_rcode(l, HEALTH_NAME, Duration::from_secs(1)), Ok(0)));
-                    if !answered {
-                        failed.push(format!("lookup {lookups} of {l}"));
-                    }
-                }
-            }
-            (lookups, failed)
-        })
-    };
+    let asking = Asking::start(listeners);
     std::thread::sleep(Duration::from_millis(500));
     let pid = Pid::from_raw(first.supervisor.0.id() as i32);
     kill(pid, Signal::SIGTERM).unwrap();
@@ -674,8 +654,7 @@ fn a_bridge_supervisor_shares_the_listeners_and_answers_while_the_first_stops() 
         std::thread::sleep(Duration::from_millis(50));
     }
     std::thread::sleep(Duration::from_secs(1));
-    stop.store(true, Ordering::Relaxed);
-    let (lookups, failed) = asking.join().unwrap();
+    let (lookups, failed) = asking.finish();
     assert!(lookups > 0, "no lookups were made");
     assert!(
         failed.is_empty(),
@@ -686,6 +665,43 @@ fn a_bridge_supervisor_shares_the_listeners_and_answers_while_the_first_stops() 
     );
     assert!(bridge.both_answer(), "{}", bridge.log());
     eprintln!("{lookups} lookups while the first supervisor stopped ({status}), all answered");
+}
+
+/// Lookups of the health name on both listeners in a thread until [`Asking::finish`], each as a
+/// stub resolver asks: two tries of a second each.
+struct Asking {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<(u32, Vec<String>)>,
+}
+
+impl Asking {
+    fn start(listeners: [std::net::Ipv4Addr; 2]) -> Asking {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let thread = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let (mut lookups, mut failed) = (0u32, Vec::new());
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    for l in listeners {
+                        lookups += 1;
+                        let answered = (0..2)
+                            .any(|_| matches!(dns_rcode(l, HEALTH_NAME, Duration::from_secs(1)), Ok(0)));
+                        if !answered {
+                            failed.push(format!("lookup {lookups} of {l}"));
+                        }
+                    }
+                }
+                (lookups, failed)
+            })
+        };
+        Asking { stop, thread }
+    }
+
+    /// Stops asking; how many lookups there were, and which got no answer.
+    fn finish(self) -> (u32, Vec<String>) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().unwrap()
+    }
 }
 
 /// Waits until `supervised`'s log has `needle`.
@@ -765,25 +781,7 @@ fn a_spare_answers_when_the_supervisor_dies_and_hands_back_when_it_is_back() {
         "the supervisor SIGKILLed: both listeners answered the spare's CoreDNS {serving} after {took:?}"
     );
 
-    // Lookups throughout the hand back, as a stub resolver asks: two tries of a second each.
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let asking = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            let (mut lookups, mut failed) = (0u32, Vec::new());
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                for l in listeners {
-                    lookups += 1;
-                    let answered =
-                        (0..2).any(|_| matches!(dns_rcode(l, HEALTH_NAME, Duration::from_secs(1)), Ok(0)));
-                    if !answered {
-                        failed.push(format!("lookup {lookups} of {l}"));
-                    }
-                }
-            }
-            (lookups, failed)
-        })
-    };
+    let asking = Asking::start(listeners);
     let mut second = Supervised::spawn(goal.clone(), Standby::On, &[("RUNTIME_DIRECTORY", &shared_dir)]);
     until_logged(&spare, "the spare hands back", Duration::from_secs(10));
     wait_bound(&listeners, 1, Duration::from_secs(10)).unwrap();
@@ -798,8 +796,7 @@ fn a_spare_answers_when_the_supervisor_dies_and_hands_back_when_it_is_back() {
         std::thread::sleep(Duration::from_millis(50));
     }
     std::thread::sleep(Duration::from_millis(500));
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let (lookups, failed) = asking.join().unwrap();
+    let (lookups, failed) = asking.finish();
     assert!(lookups > 0, "no lookups were made");
     assert!(
         failed.is_empty(),
