@@ -46,7 +46,18 @@ fn node_listener_answers_upstream_names_and_serves_repeats_from_cache() {
             "type=\"A\"",
         )
     };
-    let upstream_before = upstream_a();
+    // The first query's forward may have been retried on a slow VM (CoreDNS's `forward` tries
+    // again after its own timeout); that retry reaches the upstream late. Wait until the count
+    // holds still for a second (at most 10 s) before the repeats are counted.
+    let mut upstream_before = upstream_a();
+    for _ in 0..10 {
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        let now = upstream_a();
+        if now == upstream_before {
+            break;
+        }
+        upstream_before = now;
+    }
     let hits_before = metric_sum(&metrics(METRICS), "coredns_cache_hits_total");
     for tcp in [false, true, false] {
         assert_eq!(query(NODE, "www.example.test", tcp).unwrap(), first);
