@@ -728,6 +728,7 @@ fn until_logged(supervised: &Supervised, needle: &str, timeout: Duration) {
 #[test]
 fn a_spare_answers_when_the_supervisor_dies_and_hands_back_when_it_is_back() {
     use agent::start::localdns_restart::wait_bound;
+    use agent::supervisor::spare::{CONNECTED, HANDS_BACK, STANDS_BY, TAKES_OVER};
 
     let shared = tempfile::tempdir().unwrap();
     let shared_dir = shared.path().to_str().unwrap().to_owned();
@@ -740,7 +741,7 @@ fn a_spare_answers_when_the_supervisor_dies_and_hands_back_when_it_is_back() {
         &[("LOCALDNS_SPARE_HOLD_SECS", "3")],
         &["spare", &shared_dir],
     );
-    until_logged(&spare, "connected to the supervisor", Duration::from_secs(10));
+    until_logged(&spare, CONNECTED, Duration::from_secs(10));
     let held = || {
         let bound = agent::sockets::bound_sockets().unwrap();
         listeners.map(|l| agent::sockets::held_on(&bound, l, agent::corefile::DNS_PORT))
@@ -770,20 +771,14 @@ fn a_spare_answers_when_the_supervisor_dies_and_hands_back_when_it_is_back() {
     }
     let took = killed.elapsed();
     let serving = spare.coredns_pid();
-    assert!(
-        spare
-            .log()
-            .contains("the supervisor died: the spare answers on the listeners"),
-        "{}",
-        spare.log()
-    );
+    assert!(spare.log().contains(TAKES_OVER), "{}", spare.log());
     eprintln!(
         "the supervisor SIGKILLed: both listeners answered the spare's CoreDNS {serving} after {took:?}"
     );
 
     let asking = Asking::start(listeners);
     let mut second = Supervised::spawn(goal.clone(), Standby::On, &[("RUNTIME_DIRECTORY", &shared_dir)]);
-    until_logged(&spare, "the spare hands back", Duration::from_secs(10));
+    until_logged(&spare, HANDS_BACK, Duration::from_secs(10));
     wait_bound(&listeners, 1, Duration::from_secs(10)).unwrap();
     let started = Instant::now();
     while held() != [(1, 1), (1, 1)] {
@@ -817,21 +812,12 @@ fn a_spare_answers_when_the_supervisor_dies_and_hands_back_when_it_is_back() {
         "the second supervisor: {status}\n{}",
         second.log()
     );
-    until_logged(
-        &spare,
-        "the supervisor stops on purpose: the spare stands by",
-        Duration::from_secs(10),
-    );
+    until_logged(&spare, STANDS_BY, Duration::from_secs(10));
     assert_eq!(held(), [(0, 0), (0, 0)], "{}", spare.log());
-    assert_eq!(
-        spare.log().matches("the supervisor died").count(),
-        1,
-        "{}",
-        spare.log()
-    );
+    assert_eq!(spare.log().matches(TAKES_OVER).count(), 1, "{}", spare.log());
     let mut third = Supervised::spawn(goal.clone(), Standby::Off, &[("RUNTIME_DIRECTORY", &shared_dir)]);
     let started = Instant::now();
-    while spare.log().matches("connected to the supervisor").count() < 2 {
+    while spare.log().matches(CONNECTED).count() < 2 {
         assert!(
             started.elapsed() < GIVE_UP,
             "the spare did not connect to the third supervisor\n{}",

@@ -149,23 +149,24 @@ fn bootstrap(node: &mut JoinedNode) -> anyhow::Result<()> {
 /// to the supervisor's socket, so that it would answer if the supervisor died (the faults
 /// scenario kills it).
 fn the_spare_watches_the_supervisor(node: &JoinedNode, machine: &str) -> anyhow::Result<()> {
+    use agent::supervisor::spare::{CONNECTED, UNIT};
     let started = std::time::Instant::now();
     loop {
-        let (_, active) = node.machine_systemctl(machine, "is-active localdns-spare.service")?;
+        let (_, active) = node.machine_systemctl(machine, &format!("is-active {UNIT}"))?;
         let journal = node
             .vm
             .run_unchecked(&scenarios::dns::in_machine(
                 machine,
-                "journalctl -u localdns-spare.service -o cat --no-pager",
+                &format!("journalctl -u {UNIT} -o cat --no-pager"),
             ))?
             .stdout_text();
-        if active.trim() == "active" && journal.contains("connected to the supervisor") {
-            eprintln!("==> localdns-spare.service runs in {machine}, connected to the supervisor");
+        if active.trim() == "active" && journal.contains(CONNECTED) {
+            eprintln!("==> {UNIT} runs in {machine}, connected to the supervisor");
             return Ok(());
         }
         ensure!(
             started.elapsed() < std::time::Duration::from_secs(120),
-            "localdns-spare.service in {machine} is {:?}, not active and connected to the supervisor within 120 s; its journal:\n{journal}",
+            "{UNIT} in {machine} is {:?}, not active and connected to the supervisor within 120 s; its journal:\n{journal}",
             active.trim()
         );
         std::thread::sleep(std::time::Duration::from_secs(1));

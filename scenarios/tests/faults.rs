@@ -317,16 +317,11 @@ fn unit_journal_since(node: &JoinedNode, unit: &str, since: &str) -> anyhow::Res
         .stdout_text())
 }
 
-/// The spare's unit (`localdns-spare.service`).
-const SPARE_UNIT: &str = "localdns-spare.service";
-/// The spare's journal line when its CoreDNS answers in place of a dead supervisor's.
-const SPARE_ANSWERS: &str = "both listeners answer (the spare)";
-/// The spare's journal line when the supervisor stops on purpose.
-const SPARE_STANDS_BY: &str = "the supervisor stops on purpose: the spare stands by";
-/// The spare's journal line when it connected to a supervisor.
-const SPARE_CONNECTED: &str = "connected to the supervisor";
-/// The spare's journal line when the restarted supervisor got the listeners back.
-const SPARE_HANDS_BACK: &str = "the spare hands back";
+/// The spare's unit and the journal lines it writes (`agent::supervisor::spare`).
+use agent::supervisor::spare::{
+    ANSWERS as SPARE_ANSWERS, CONNECTED as SPARE_CONNECTED, HANDS_BACK as SPARE_HANDS_BACK,
+    STANDS_BY as SPARE_STANDS_BY, TAKES_OVER as SPARE_TAKES_OVER, UNIT as SPARE_UNIT,
+};
 
 /// Waits until the spare runs and its standby CoreDNS is ready (its status says so), as after
 /// every start of `localdns.service`.
@@ -457,7 +452,7 @@ fn supervisor_killed(node: &JoinedNode) -> anyhow::Result<()> {
     let spare_steps = spare_said
         .lines()
         .filter(|l| {
-            ["the supervisor died", SPARE_ANSWERS, SPARE_HANDS_BACK]
+            [SPARE_TAKES_OVER, SPARE_ANSWERS, SPARE_HANDS_BACK]
                 .iter()
                 .any(|k| l.contains(k))
         })

@@ -113,9 +113,9 @@ pub fn run(exec: &mut Executor) -> Result<(), StartError> {
         // the slice, so stopping the slice does not stop it (seen on a lab node: the spare stayed
         // active).
         for unit in [
-            "localdns-spare.service",
+            crate::supervisor::spare::UNIT,
             "localdns.service",
-            "localdns-bridge.service",
+            crate::supervisor::restart_bridge::BRIDGE_UNIT,
             "localdns.slice",
         ] {
             if runner.unit_state(unit)? != "inactive" {

@@ -5,7 +5,7 @@ use super::HEADER;
 use super::paths::{ENVIRONMENT, SUPERVISOR_BINARY};
 use crate::goal::LocalDnsGoal;
 use crate::supervisor::restart_bridge::{AFTER_START, BEFORE_STOP};
-use crate::supervisor::spare;
+use crate::supervisor::spare::{self, UNIT as SPARE_UNIT};
 
 /// How both LocalDNS services start and stop, and where and as whom they run (a dynamic user).
 const LIFETIME: &str = "TimeoutStartSec=90
@@ -97,8 +97,6 @@ ExecStart={SUPERVISOR_BINARY}
     )
 }
 
-/// The spare's unit name.
-pub const SPARE_UNIT: &str = "localdns-spare.service";
 /// The supervisor's runtime directory (`localdns.service`'s `RuntimeDirectory=localdns`), where
 /// the spare finds its socket.
 pub const SUPERVISOR_RUNTIME_DIR: &str = "/run/localdns";

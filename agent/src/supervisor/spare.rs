@@ -32,6 +32,20 @@ use super::run::{
 use super::standby::StandbySlot;
 use super::{Settings, alive, notify};
 
+/// The spare's unit.
+pub const UNIT: &str = "localdns-spare.service";
+/// The spare's journal line when it connected to a supervisor (not answering).
+pub const CONNECTED: &str = "connected to the supervisor";
+/// Its line when the supervisor stopped on purpose.
+pub const STANDS_BY: &str = "the supervisor stops on purpose: the spare stands by until it is back";
+/// Its line when the supervisor died and its standby takes over.
+pub const TAKES_OVER: &str = "the supervisor died: the spare answers on the listeners until it is back";
+/// Its line once both listeners answer after it took over.
+pub const ANSWERS: &str = "both listeners answer (the spare)";
+/// Its line when the restarted supervisor's CoreDNS holds the listeners and it stops its own.
+pub const HANDS_BACK: &str =
+    "the supervisor is back with its CoreDNS on the listeners: the spare hands back, stopping its CoreDNS";
+
 /// The supervisor's argument that makes it the spare; the next is the runtime directory of the
 /// supervisor it stands in for.
 pub const ARG: &str = "spare";
@@ -151,7 +165,7 @@ pub async fn keep_spare(
                     }
                     match on_close(says_stopping(&received)) {
                         OnClose::StandBy => {
-                            tracing::info!("the supervisor stops on purpose: the spare stands by until it is back");
+                            tracing::info!("{STANDS_BY}");
                             notify::status("the supervisor stopped; the spare stands by");
                         }
                         OnClose::TakeOver if serving.is_none() => {
@@ -179,11 +193,11 @@ pub async fn keep_spare(
                                 tracing::warn!(%last, "the supervisor is back, but its CoreDNS's sockets are not beside the spare's after {HAND_BACK_TIMEOUT:?}");
                             }
                             let answered = s.since.elapsed();
-                            tracing::info!(?answered, "the supervisor is back with its CoreDNS on the listeners: the spare hands back, stopping its CoreDNS");
+                            tracing::info!(?answered, "{HANDS_BACK}");
                             stop_coredns(&mut s.child).await?;
                             standby.resume();
                         } else {
-                            tracing::info!("connected to the supervisor");
+                            tracing::info!("{CONNECTED}");
                         }
                         // The status names the ready standby again (`localdns.service`'s reads
                         // the same way); one not ready yet says so itself once it is.
@@ -227,9 +241,8 @@ async fn take_over(
     // Its next standby waits until the supervisor is back: the CPU goes to the CoreDNS answering
     // and to the supervisor's restart.
     standby.hold();
-    let why = "the supervisor died: the spare answers on the listeners until it is back";
-    tracing::error!(pid = child.id(), "{why}");
-    notify::status(why);
+    tracing::error!(pid = child.id(), "{TAKES_OVER}");
+    notify::status(TAKES_OVER);
     Ok(
         match until_healthy(
             &mut child,
@@ -241,7 +254,7 @@ async fn take_over(
         .await?
         {
             Ok(_) => {
-                tracing::info!(took = ?died.elapsed(), "both listeners answer (the spare)");
+                tracing::info!(took = ?died.elapsed(), "{ANSWERS}");
                 Ok(child)
             }
             Err(outcome) => Err(outcome),
