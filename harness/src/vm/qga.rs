@@ -150,8 +150,9 @@ impl Session {
     }
 
     /// `guest-sync-delimited`: a 0xFF resets the agent's parser; its answer starts with 0xFF,
-    /// and anything before it (answers to a previous client) is skipped.
-    fn sync(&mut self) -> Result<(), String> {
+    /// and anything before it (answers to a previous client, or late answers to this one) is
+    /// skipped and returned, each line that is JSON as a value.
+    fn sync(&mut self) -> Result<Vec<serde_json::Value>, String> {
         let id = sync_id();
         let stream = self.qga.inner_mut();
         let request = format!(r#"{{"execute":"guest-sync-delimited","arguments":{{"id":{id}}}}}"#);
@@ -161,6 +162,7 @@ impl Session {
             .and_then(|_| stream.write_all(b"\n"))
             .and_then(|_| stream.flush())
             .map_err(|e| format!("writing: {e}"))?;
+        let mut replies = Vec::new();
         loop {
             let mut skipped = Vec::new();
             stream
@@ -169,6 +171,11 @@ impl Session {
             if skipped.last() != Some(&0xff) {
                 return Err("the connection closed".into());
             }
+            replies.extend(
+                skipped
+                    .split(|&b| b == b'\n' || b == 0xff)
+                    .filter_map(|line| serde_json::from_slice::<serde_json::Value>(line).ok()),
+            );
             let mut line = Vec::new();
             stream
                 .read_until(b'\n', &mut line)
@@ -178,8 +185,9 @@ impl Session {
                 Err(_) => continue,
             };
             if reply["return"].as_i64() == Some(id) {
-                return Ok(());
+                return Ok(replies);
             }
+            replies.push(reply);
         }
     }
 
@@ -205,8 +213,9 @@ impl Session {
     }
 
     /// `guest-sync-delimited` again after a late reply, waiting up to `patience` for the agent
-    /// (it is late already), then the usual timeout again.
-    fn resync(&mut self, patience: Duration) -> Result<(), QgaError> {
+    /// (it is late already), then the usual timeout again. Returns the replies that came before
+    /// the sync's (the late ones).
+    fn resync(&mut self, patience: Duration) -> Result<Vec<serde_json::Value>, QgaError> {
         let usual = self.io_timeout;
         let socket = self.socket.clone();
         let sync_error = |why: String| QgaError::Sync {
@@ -269,13 +278,18 @@ impl Session {
             match self.exec_status(pid) {
                 Ok(Some(out)) => return Ok(out),
                 Ok(None) => {}
-                // A loaded host can make the agent answer after our read timeout (EAGAIN): the
-                // command still runs in the guest and its status waits there, so resynchronise
-                // (skipping the late reply) and ask again rather than fail or run it twice.
+                // A loaded host can make the agent answer after our read timeout (EAGAIN):
+                // resynchronise, reading the late reply on the way. If it said the command
+                // exited, it is the only word of it: the agent forgets a pid once it reported
+                // its exit, so asking again would fail. Otherwise the command still runs; ask
+                // again rather than fail or run it twice.
                 Err(err) if err.is_late_reply() && late_replies < MAX_LATE_REPLIES => {
                     late_replies += 1;
                     let patience = timeout.saturating_sub(started.elapsed()).max(self.io_timeout);
-                    self.resync(patience)?;
+                    let late = self.resync(patience)?;
+                    if let Some(out) = late.iter().find_map(exited_status_in) {
+                        return Ok(out);
+                    }
                     continue;
                 }
                 Err(err) => return Err(err),
@@ -296,20 +310,7 @@ impl Session {
     /// `guest-exec-status`: the output once guest pid `pid` exited, else `None`.
     pub fn exec_status(&mut self, pid: i64) -> Result<Option<GuestOutput>, QgaError> {
         let status = self.execute(&qga::guest_exec_status { pid }, || format!("pid {pid}"))?;
-        if !status.exited {
-            return Ok(None);
-        }
-        let kind = match (status.exitcode, status.signal) {
-            (_, Some(sig)) => ExitKind::Signal(sig),
-            (Some(code), None) => ExitKind::Code(code),
-            (None, None) => ExitKind::Code(-1),
-        };
-        Ok(Some(GuestOutput {
-            status: kind,
-            stdout: status.out_data.unwrap_or_default(),
-            stderr: status.err_data.unwrap_or_default(),
-            truncated: status.out_truncated == Some(true) || status.err_truncated == Some(true),
-        }))
+        Ok(output_once_exited(status))
     }
 
     /// Writes `data` to the guest file `path` (created or truncated).
@@ -388,6 +389,30 @@ impl Session {
     }
 }
 
+/// A `guest-exec-status` answer as the command's output, once it exited.
+fn output_once_exited(status: qga::GuestExecStatus) -> Option<GuestOutput> {
+    if !status.exited {
+        return None;
+    }
+    let kind = match (status.exitcode, status.signal) {
+        (_, Some(sig)) => ExitKind::Signal(sig),
+        (Some(code), None) => ExitKind::Code(code),
+        (None, None) => ExitKind::Code(-1),
+    };
+    Some(GuestOutput {
+        status: kind,
+        stdout: status.out_data.unwrap_or_default(),
+        stderr: status.err_data.unwrap_or_default(),
+        truncated: status.out_truncated == Some(true) || status.err_truncated == Some(true),
+    })
+}
+
+/// The output in a late reply that is a `guest-exec-status` answer saying the command exited.
+fn exited_status_in(reply: &serde_json::Value) -> Option<GuestOutput> {
+    let status = serde_json::from_value::<qga::GuestExecStatus>(reply.get("return")?.clone()).ok()?;
+    output_once_exited(status)
+}
+
 #[cfg(test)]
 mod tests {
     use std::os::unix::net::UnixListener;
@@ -403,7 +428,18 @@ mod tests {
     /// [`fake_agent`] whose first `late` guest-exec-status replies come `delay` late (a stand-in:
     /// a loaded host makes the real agent late only by chance).
     fn fake_agent_late(listener: UnixListener, late: usize, delay: Duration) {
+        fake_agent_script(listener, late, delay, false);
+    }
+
+    /// [`fake_agent`] whose first guest-exec-status reply comes `delay` late and says the command
+    /// exited; like the real agent, it then forgets the pid.
+    fn fake_agent_late_exit(listener: UnixListener, delay: Duration) {
+        fake_agent_script(listener, 0, delay, true);
+    }
+
+    fn fake_agent_script(listener: UnixListener, late: usize, delay: Duration, exit_late: bool) {
         let mut late_left = late;
+        let mut exit_reported = false;
         std::thread::spawn(move || {
             let (conn, _) = listener.accept().unwrap();
             let mut out = conn.try_clone().unwrap();
@@ -430,9 +466,17 @@ mod tests {
                         std::thread::sleep(delay);
                         serde_json::json!({"return": {"exited": false}})
                     }
-                    "guest-exec-status" => serde_json::json!({"return": {
-                        "exited": true, "exitcode": 3,
-                        "out-data": "aGVsbG8K", "err-data": "b29wcwo="}}),
+                    "guest-exec-status" if exit_reported => serde_json::json!({"error": {
+                        "class": "GenericError", "desc": "Invalid parameter 'pid'"}}),
+                    "guest-exec-status" => {
+                        if exit_late {
+                            std::thread::sleep(delay);
+                            exit_reported = true;
+                        }
+                        serde_json::json!({"return": {
+                            "exited": true, "exitcode": 3,
+                            "out-data": "aGVsbG8K", "err-data": "b29wcwo="}})
+                    }
                     _ => serde_json::json!({"error": {"class": "GenericError", "desc": "unsupported"}}),
                 };
                 writeln!(out, "{reply}").unwrap();
@@ -480,6 +524,21 @@ mod tests {
         assert_eq!(
             (out.status, out.stdout_text()),
             (ExitKind::Code(3), "hello\n".into())
+        );
+    }
+
+    #[test]
+    fn a_late_reply_saying_the_command_exited_is_its_output() {
+        let tmp = tempfile::tempdir().unwrap();
+        let socket = tmp.path().join("qga.sock");
+        fake_agent_late_exit(UnixListener::bind(&socket).unwrap(), Duration::from_millis(400));
+        let mut session = Session::connect(&socket, Duration::from_millis(200)).unwrap();
+        let out = session
+            .exec(&["/bin/true".into()], None, Duration::from_secs(10))
+            .unwrap();
+        assert_eq!(
+            (out.status, out.stdout_text(), out.stderr_text()),
+            (ExitKind::Code(3), "hello\n".into(), "oops\n".into())
         );
     }
 
