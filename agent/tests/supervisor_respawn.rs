@@ -140,7 +140,8 @@ impl Supervised {
         std::fs::read_to_string(self.dir.path().join("supervisor.log")).unwrap_or_default()
     }
 
-    fn until_notified(&self, needle: &str, timeout: Duration) {
+    /// Waits for a notification containing `needle`; returns the ones before it.
+    fn until_notified(&self, needle: &str, timeout: Duration) -> Vec<String> {
         let deadline = Instant::now() + timeout;
         let mut seen = Vec::new();
         let mut buf = [0u8; 4096];
@@ -149,7 +150,7 @@ impl Supervised {
             let Ok(n) = self.notify.recv(&mut buf) else { break };
             let msg = String::from_utf8_lossy(&buf[..n]).into_owned();
             if msg.contains(needle) {
-                return;
+                return seen;
             }
             seen.push(msg);
         }
@@ -825,10 +826,19 @@ fn a_spare_answers_when_the_supervisor_dies_and_hands_back_when_it_is_back() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    // Its status names its standby, ready all along, for `systemctl show -p StatusText`.
-    spare.until_notified(
+    // Its status names its standby, ready all along, for `systemctl show -p StatusText`, and
+    // never claimed the supervisor's words (its own standbys' ready lines say they are the spare's).
+    let before = spare.until_notified(
         "watching the supervisor; standby CoreDNS",
         Duration::from_secs(10),
+    );
+    let claimed: Vec<_> = before
+        .iter()
+        .filter(|m| m.contains("CoreDNS healthy on"))
+        .collect();
+    assert!(
+        claimed.is_empty(),
+        "the spare's status read like the supervisor's: {claimed:?}"
     );
 
     // Stopped, and not back within the hold limit (3 s here): the spare exits 0.

@@ -13,7 +13,7 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use super::alive::{self, AliveLine};
 use super::failures::{FailureWindow, Verdict};
-use super::standby::StandbySlot;
+use super::standby::{Keeper, StandbySlot};
 use super::stuck::{self, StuckWatch};
 use super::{Settings, notify, probe};
 
@@ -232,7 +232,7 @@ pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
         );
     }
     let mut child = start_coredns(settings)?;
-    let mut standby = StandbySlot::new(settings);
+    let mut standby = StandbySlot::new(settings, Keeper::Supervisor);
 
     // Start: poll until both listeners pass, within the start timeout.
     let took = match until_healthy(&mut child, settings, settings.start_timeout, &mut term, &mut int).await? {

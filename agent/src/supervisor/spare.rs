@@ -29,7 +29,7 @@ use tokio::time::Instant;
 use super::run::{
     Outcome, SuperviseError, sleep_until_some, spawn_coredns, start_coredns, stop_coredns, until_healthy,
 };
-use super::standby::StandbySlot;
+use super::standby::{Keeper, StandbySlot};
 use super::{Settings, alive, notify};
 
 /// The spare's unit.
@@ -132,7 +132,7 @@ pub async fn keep_spare(
     let mut term = signal(SignalKind::terminate()).map_err(SuperviseError::Signals)?;
     let mut int = signal(SignalKind::interrupt()).map_err(SuperviseError::Signals)?;
     let socket = alive::socket_in(supervisor_dir);
-    let mut standby = StandbySlot::new(settings);
+    let mut standby = StandbySlot::new(settings, Keeper::Spare);
     let mut watching: Option<UnixStream> = None;
     let mut received: Vec<u8> = Vec::new();
     let mut serving: Option<Serving> = None;
@@ -202,7 +202,7 @@ pub async fn keep_spare(
                         // The status names the ready standby again (`localdns.service`'s reads
                         // the same way); one not ready yet says so itself once it is.
                         notify::status(&match standby.ready_pid() {
-                            Some(pid) => format!("watching the supervisor; standby CoreDNS {pid} ready"),
+                            Some(pid) => Keeper::Spare.ready_status(settings, pid),
                             None => "watching the supervisor; its standby CoreDNS is starting".to_string(),
                         });
                     }

@@ -83,8 +83,32 @@ async fn pass_on(stdout: ChildStdout, banner: Arc<AtomicBool>) {
     }
 }
 
-/// The supervisor's standby, if it has one, and when to start or ask it next.
+/// Who keeps the standby: the status line it sets once a standby is ready says so
+/// (`systemctl show -p StatusText`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Keeper {
+    /// `localdns.service`'s supervisor, whose CoreDNS serves.
+    Supervisor,
+    /// `localdns-spare.service`, which watches the supervisor.
+    Spare,
+}
+
+impl Keeper {
+    /// The status line once standby CoreDNS `pid` is ready.
+    pub fn ready_status(self, settings: &Settings, pid: u32) -> String {
+        match self {
+            Keeper::Supervisor => format!(
+                "CoreDNS healthy on {} and {}; standby CoreDNS {pid} ready",
+                settings.node_listener, settings.cluster_listener
+            ),
+            Keeper::Spare => format!("watching the supervisor; standby CoreDNS {pid} ready"),
+        }
+    }
+}
+
+/// The supervisor's (or the spare's) standby, if it has one, and when to start or ask it next.
 pub struct StandbySlot {
+    keeper: Keeper,
     dir: Option<PathBuf>,
     current: Option<Standby>,
     /// When to start a standby (none running).
@@ -100,8 +124,9 @@ pub struct StandbySlot {
 impl StandbySlot {
     /// No standby yet; one is started at the first [`StandbySlot::wake`] when
     /// `settings.standby_dir` is set.
-    pub fn new(settings: &Settings) -> StandbySlot {
+    pub fn new(settings: &Settings, keeper: Keeper) -> StandbySlot {
         StandbySlot {
+            keeper,
             dir: settings.standby_dir.clone(),
             current: None,
             start_at: settings.standby_dir.as_ref().map(|_| Instant::now()),
@@ -202,10 +227,7 @@ impl StandbySlot {
                     self.failures = 0;
                     let pid = s.child.id().unwrap_or_default();
                     tracing::info!(pid, took = ?s.started.elapsed(), "standby CoreDNS ready");
-                    notify::status(&format!(
-                        "CoreDNS healthy on {} and {}; standby CoreDNS {pid} ready",
-                        settings.node_listener, settings.cluster_listener
-                    ));
+                    notify::status(&self.keeper.ready_status(settings, pid));
                 } else if s.started.elapsed() > settings.start_timeout {
                     let why = format!(
                         "the standby CoreDNS printed no {BANNER} banner within {:?}",
@@ -335,6 +357,7 @@ mod tests {
 
     fn slot() -> StandbySlot {
         StandbySlot {
+            keeper: Keeper::Supervisor,
             dir: Some(PathBuf::from("/nonexistent/standby")),
             current: None,
             start_at: None,
