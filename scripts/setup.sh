@@ -66,10 +66,13 @@ if ((${#missing[@]})); then
 fi
 
 if ! cargo nextest --version 2>/dev/null | grep -q "cargo-nextest $NEXTEST_VERSION"; then
-  # An unoptimised build without debug info: ~5 minutes on 2 cores (7.4 CPU-minutes) where the
-  # release build took 10-13 (docs/perf.md, CI budget); a test runner spends its time waiting.
-  echo "==> installing cargo-nextest $NEXTEST_VERSION (a debug build, ~5 min on 2 cores)"
-  CARGO_PROFILE_DEV_DEBUG=false cargo install --locked --debug "cargo-nextest@$NEXTEST_VERSION"
+  # An unoptimised build without debug info (a test runner spends its time waiting) and without
+  # the default features: `self-update` (rustls on aws-lc-rs, a C build, and an HTTP client; we
+  # pin the version instead) and `usdt` (DTrace probes). 3.7 CPU-minutes where the defaults took
+  # 7.4 and the release build 10-13 minutes of wall time (docs/perf.md, CI budget).
+  echo "==> installing cargo-nextest $NEXTEST_VERSION (a debug build, ~2-4 min on 2 cores)"
+  CARGO_PROFILE_DEV_DEBUG=false cargo install --locked --debug --no-default-features \
+    "cargo-nextest@$NEXTEST_VERSION"
 fi
 
 # actionlint, for the test that lints .github/workflows/ (built from its Go module).
