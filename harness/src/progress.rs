@@ -9,11 +9,28 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use agent::exec::CommandLine;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+
+/// Every spinner of the process, so that steps running side by side (image builds in two
+/// lanes) each keep a line of their own on a terminal.
+fn spinners() -> &'static MultiProgress {
+    static SPINNERS: OnceLock<MultiProgress> = OnceLock::new();
+    SPINNERS.get_or_init(MultiProgress::new)
+}
+
+/// Prints a line of its own: above the spinners on a terminal, to stderr elsewhere.
+pub fn say(line: &str) {
+    if std::io::stderr().is_terminal() {
+        // Only fails when the terminal went away; the line is lost with it.
+        let _ = spinners().println(line);
+    } else {
+        eprintln!("{line}");
+    }
+}
 
 /// A long step, shown until it is finished.
 pub struct Step {
@@ -28,7 +45,7 @@ impl Step {
     pub fn start(label: impl Into<String>) -> Step {
         let label = label.into();
         let bar = std::io::stderr().is_terminal().then(|| {
-            let bar = ProgressBar::new_spinner();
+            let bar = spinners().add(ProgressBar::new_spinner());
             bar.set_style(
                 ProgressStyle::with_template("{spinner} [{elapsed_precise}] {prefix}: {wide_msg}")
                     .expect("static template"),
@@ -38,7 +55,7 @@ impl Step {
             bar
         });
         if bar.is_none() {
-            eprintln!("==> {label}");
+            say(&format!("==> {label}"));
         }
         Step {
             label,
@@ -56,7 +73,11 @@ impl Step {
                 let mut last = self.last_print.lock().expect("progress lock");
                 if last.elapsed() >= Duration::from_secs(30) {
                     *last = Instant::now();
-                    eprintln!("    {} ({:.0?}): {msg}", self.label, self.started.elapsed());
+                    say(&format!(
+                        "    {} ({:.0?}): {msg}",
+                        self.label,
+                        self.started.elapsed()
+                    ));
                 }
             }
         }
@@ -65,10 +86,7 @@ impl Step {
     /// Prints one line of the step's progress (e.g. a stage that began): above the spinner on
     /// a terminal, as a plain line elsewhere (CI).
     pub fn line(&self, line: &str) {
-        match &self.bar {
-            Some(bar) => bar.println(format!("    {line}")),
-            None => eprintln!("    {line}"),
-        }
+        say(&format!("    {line}"));
     }
 
     /// How long the step has run.
@@ -81,8 +99,9 @@ impl Step {
         let took = self.started.elapsed();
         if let Some(bar) = &self.bar {
             bar.finish_and_clear();
+            spinners().remove(bar);
         }
-        eprintln!("==> {} done in {:.1}s", self.label, took.as_secs_f64());
+        say(&format!("==> {} done in {:.1}s", self.label, took.as_secs_f64()));
         took
     }
 }

@@ -8,6 +8,7 @@ use harness::cache::Cache;
 use harness::images::prune::{self, CurrentKeys, InUse, Verdict};
 use harness::images::{coredns, host, kubernetes, oci, rootfs};
 use harness::lab::owner;
+use harness::progress;
 use harness::vm::{Accel, BootImage, BootMode, RunDir, VmSpec};
 
 #[derive(clap::Subcommand)]
@@ -102,27 +103,59 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn build(cache: &Cache, images: &[Image]) -> anyhow::Result<ExitCode> {
-    eprintln!("cache: {}", cache.root().display());
-    let started = Instant::now();
+/// The images in the order they are built: the Debian images (mmdebstrap: downloads, dpkg and
+/// compression, mostly one core) in one lane beside the Go builds and container images (every
+/// core they get, at the lowest priority) in another, then the saved VM state, which boots the
+/// host image. Each lane keeps the order `images` gives.
+fn lanes(images: &[Image]) -> [Vec<Image>; 3] {
+    let mut lanes: [Vec<Image>; 3] = Default::default();
+    for &image in images {
+        let lane = match image {
+            Image::Host | Image::Rootfs => 0,
+            Image::Coredns | Image::Oci | Image::Kubernetes => 1,
+            Image::VmState => 2,
+        };
+        if !lanes[lane].contains(&image) {
+            lanes[lane].push(image);
+        }
+    }
+    lanes
+}
+
+/// Builds `images` one after the other; returns those that failed.
+fn build_in_turn(cache: &Cache, images: &[Image]) -> Vec<Image> {
     let mut failed = Vec::new();
     for &image in images {
         let one = Instant::now();
         match image.build(cache) {
-            Ok(path) => eprintln!(
+            Ok(path) => progress::say(&format!(
                 "{image:?}: ready after {:.1}s at {}",
                 one.elapsed().as_secs_f64(),
                 path.display()
-            ),
+            )),
             Err(err) => {
-                eprintln!(
+                progress::say(&format!(
                     "{image:?}: FAILED after {:.1}s: {err:#}",
                     one.elapsed().as_secs_f64()
-                );
+                ));
                 failed.push(image);
             }
         }
     }
+    failed
+}
+
+fn build(cache: &Cache, images: &[Image]) -> anyhow::Result<ExitCode> {
+    eprintln!("cache: {}", cache.root().display());
+    let started = Instant::now();
+    let [debian, go, last] = lanes(images);
+    let mut failed = std::thread::scope(|scope| {
+        let beside = scope.spawn(|| build_in_turn(cache, &debian));
+        let mut failed = build_in_turn(cache, &go);
+        failed.extend(beside.join().unwrap_or_else(|_| debian.clone()));
+        failed
+    });
+    failed.extend(build_in_turn(cache, &last));
     eprintln!("total {:.1}s", started.elapsed().as_secs_f64());
     if failed.is_empty() {
         Ok(ExitCode::SUCCESS)
@@ -273,6 +306,27 @@ fn human_size(bytes: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn debian_images_build_beside_the_go_builds_and_the_saved_vm_state_last() {
+        assert_eq!(
+            lanes(&Image::ALL),
+            [
+                vec![Image::Host, Image::Rootfs],
+                vec![Image::Coredns, Image::Oci, Image::Kubernetes],
+                vec![Image::VmState],
+            ]
+        );
+        assert_eq!(
+            lanes(&[
+                Image::VmState,
+                Image::Kubernetes,
+                Image::Rootfs,
+                Image::Kubernetes
+            ]),
+            [vec![Image::Rootfs], vec![Image::Kubernetes], vec![Image::VmState]]
+        );
+    }
 
     #[test]
     fn human_size_picks_a_readable_unit() {
