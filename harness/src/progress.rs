@@ -25,8 +25,7 @@ fn spinners() -> &'static MultiProgress {
 /// Prints a line of its own: above the spinners on a terminal, to stderr elsewhere.
 pub fn say(line: &str) {
     if std::io::stderr().is_terminal() {
-        // Only fails when the terminal went away; the line is lost with it.
-        let _ = spinners().println(line);
+        spinners().suspend(|| eprintln!("{line}"));
     } else {
         eprintln!("{line}");
     }
