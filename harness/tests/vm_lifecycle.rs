@@ -128,6 +128,14 @@ fn vm_runs_commands_copies_files_reboots_resets_and_powers_off() {
         .write_file("/root/small.bin", &data[..300_000], 0o600, &|| None)
         .unwrap();
     assert!(agent_only.read_file("/root/small.bin", &|| None).unwrap() == data[..300_000]);
+    // The new part of a growing file, read by the agent itself (how `start`'s progress is shown).
+    let mut session = agent_only.session(&|| None).unwrap();
+    let tail = session.read_file_from("/root/small.bin", 299_990).unwrap();
+    assert!(tail == data[299_990..300_000], "{tail:?}");
+    assert_eq!(session.read_file_from("/root/small.bin", 300_000).unwrap(), b"");
+    let absent = session.read_file_from("/root/absent", 0).unwrap_err();
+    assert!(absent.is_open_refused(), "{absent:?}");
+    drop(session);
     assert_eq!(vm.run("stat -c %a /root/small.bin").unwrap().trim(), "600");
     let err = vm
         .copy_out("/nonexistent/file", tmp.path().join("x"))

@@ -60,6 +60,19 @@ impl QgaError {
         )
     }
 
+    /// Whether the agent answered that it could not open a file (it does not exist, or may
+    /// not be read): an answer, unlike a connection or read failure.
+    pub fn is_open_refused(&self) -> bool {
+        matches!(
+            self,
+            QgaError::Command {
+                command: "guest-file-open",
+                source: qapi::ExecuteError::Qapi(_),
+                ..
+            }
+        )
+    }
+
     /// Whether the agent did not answer at all (not started yet, rebooting, gone).
     pub fn is_unreachable(&self) -> bool {
         match self {
@@ -349,24 +362,47 @@ impl Session {
 
     /// Reads the whole guest file `path`.
     pub fn read_file(&mut self, path: &str) -> Result<Vec<u8>, QgaError> {
+        self.read_file_from(path, 0)
+    }
+
+    /// Reads the guest file `path` from byte `offset` to its end: the new part of a growing
+    /// file, read by the agent itself (no process started in the guest, unlike `tail`).
+    pub fn read_file_from(&mut self, path: &str, offset: u64) -> Result<Vec<u8>, QgaError> {
         let handle = self.open(path, "r")?;
-        let result = (|| {
-            let mut data = Vec::new();
-            loop {
-                let read = self.execute(
-                    &qga::guest_file_read {
-                        handle,
-                        count: Some(CHUNK as i64),
-                    },
-                    || format!("{path} at offset {}", data.len()),
-                )?;
-                data.extend_from_slice(&read.buf_b64);
-                if read.eof || read.count == 0 {
-                    return Ok(data);
-                }
-            }
-        })();
+        let result = self
+            .seek(handle, path, offset)
+            .and_then(|()| self.read_to_end(handle, path, offset));
         self.finish(handle, path, result)
+    }
+
+    fn seek(&mut self, handle: i64, path: &str, offset: u64) -> Result<(), QgaError> {
+        if offset == 0 {
+            return Ok(());
+        }
+        let command = qga::guest_file_seek {
+            handle,
+            offset: i64::try_from(offset).unwrap_or(i64::MAX),
+            whence: qga::GuestFileWhence::name(qga::QGASeek::set),
+        };
+        self.execute(&command, || format!("{path} to offset {offset}"))
+            .map(drop)
+    }
+
+    fn read_to_end(&mut self, handle: i64, path: &str, offset: u64) -> Result<Vec<u8>, QgaError> {
+        let mut data = Vec::new();
+        loop {
+            let read = self.execute(
+                &qga::guest_file_read {
+                    handle,
+                    count: Some(CHUNK as i64),
+                },
+                || format!("{path} at offset {}", offset + data.len() as u64),
+            )?;
+            data.extend_from_slice(&read.buf_b64);
+            if read.eof || read.count == 0 {
+                return Ok(data);
+            }
+        }
     }
 
     fn open(&mut self, path: &str, mode: &str) -> Result<i64, QgaError> {
@@ -506,6 +542,7 @@ mod tests {
             err.to_string().contains("guest-file-open") && err.to_string().contains("/etc/x"),
             "{err}"
         );
+        assert!(err.is_open_refused() && !err.is_unreachable(), "{err:?}");
     }
 
     #[test]
