@@ -521,6 +521,19 @@ impl NotifySocket {
         Some(String::from_utf8_lossy(&buf[..n]).into_owned())
     }
 
+    /// The messages queued now, without waiting for more: a supervisor pinging its watchdog
+    /// keeps sending, so reading until a pause in its messages can take minutes under TCG.
+    pub fn queued(&self) -> Vec<String> {
+        self.socket.set_nonblocking(true).unwrap();
+        let mut buf = [0u8; 4096];
+        let mut messages = Vec::new();
+        while let Ok(n) = self.socket.recv(&mut buf) {
+            messages.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+        }
+        self.socket.set_nonblocking(false).unwrap();
+        messages
+    }
+
     /// Messages until one contains `needle` (returned with those before it), within `timeout`.
     pub fn until(&self, needle: &str, timeout: Duration) -> Result<Vec<String>, Vec<String>> {
         let deadline = Instant::now() + timeout;
