@@ -40,8 +40,8 @@ pub struct Executor<'a> {
     pub state: Option<InstallState>,
     /// The repave record as last written.
     pub repave: Option<RepaveState>,
-    /// The image archives and whether host units changed, once the rootfs was populated.
-    populated: Option<(Vec<ImageArchive>, bool)>,
+    /// What the rootfs was populated with, once it was (in this run).
+    populated: Option<rootfs::Populated>,
 }
 
 impl<'a> Executor<'a> {
@@ -252,7 +252,16 @@ impl<'a> Executor<'a> {
             &self.fetcher,
             self.progress,
         )?;
-        let binaries = installed_binaries(&self.root, slot, self.config().config.local_dns.is_some());
+        let binaries: Vec<(PathBuf, String)> = populated
+            .binaries
+            .iter()
+            .map(|b| {
+                (
+                    slot.rootfs().join(b.path.trim_start_matches('/')),
+                    b.sha256.clone(),
+                )
+            })
+            .collect();
         if let Some(mut s) = self.state.clone() {
             s.manifest.record(slot, &rendered, &binaries);
             self.save_state(s)?;
@@ -264,7 +273,7 @@ impl<'a> Executor<'a> {
     /// The image archives of the config (installed by a populate of this run, or earlier).
     fn images(&self) -> Result<Vec<ImageArchive>, StartError> {
         match &self.populated {
-            Some((images, _)) => Ok(images.clone()),
+            Some(populated) => Ok(populated.images.clone()),
             None => rootfs::image_archives(&self.config().config),
         }
     }
@@ -300,7 +309,7 @@ impl<'a> Executor<'a> {
             || self
                 .populated
                 .as_ref()
-                .is_some_and(|(_, units_changed)| *units_changed)
+                .is_some_and(|populated| populated.host_units_changed)
         {
             node::daemon_reload()?;
         }
@@ -395,7 +404,7 @@ impl<'a> Executor<'a> {
         self.install_daemon()?;
         // A rebuilt agent brings a new supervisor: replace it and restart LocalDNS on it (an
         // unchanged agent leaves both alone).
-        if config.local_dns.is_some() && rootfs::install_supervisor(&under(&self.root, &self.slot.rootfs()))?
+        if config.local_dns.is_some() && rootfs::replace_supervisor(&under(&self.root, &self.slot.rootfs()))?
         {
             localdns_restart::restart_localdns(&runner, config, self.waits, self.progress)?;
             self.line("the agent changed: replaced the LocalDNS supervisor and restarted localdns.service");
@@ -444,21 +453,4 @@ pub fn boot_id(slot: Slot) -> Result<String, StartError> {
         .run_stdout(&["cat", "/proc/sys/kernel/random/boot_id"])?
         .trim()
         .to_owned())
-}
-
-/// The binaries the agent installs in `slot`'s rootfs that exist, with their digests.
-fn installed_binaries(root: &Path, slot: Slot, local_dns: bool) -> Vec<(PathBuf, String)> {
-    let mut paths = vec!["/usr/local/bin/kubelet", "/usr/local/bin/kubectl"];
-    if local_dns {
-        paths.push(crate::paths::COREDNS_BINARY);
-        paths.push(crate::paths::SUPERVISOR_BINARY);
-    }
-    paths
-        .into_iter()
-        .filter_map(|local| {
-            let host = slot.rootfs().join(local.trim_start_matches('/'));
-            let sha = checksum::sha256_file(&under(root, &host)).ok()?;
-            Some((host, sha))
-        })
-        .collect()
 }

@@ -65,6 +65,27 @@ fn kubernetes_source(
     resolved.map_err(artifact(spec.name))
 }
 
+/// A node binary in the machine: its path inside the machine and its SHA-256, as installed or
+/// found (the manifest records it; knowing it from the install spares hashing it again).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstalledBinary {
+    pub path: String,
+    pub sha256: String,
+    /// False when the same bytes were already there.
+    pub changed: bool,
+}
+
+/// What `populate` left in the machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Populated {
+    /// The image archives, in config order.
+    pub images: Vec<ImageArchive>,
+    /// Whether a host unit file changed (systemd must reload).
+    pub host_units_changed: bool,
+    /// kubelet, kubectl and, with LocalDNS, CoreDNS and the supervisor.
+    pub binaries: Vec<InstalledBinary>,
+}
+
 /// Installs a Kubernetes binary unless the file there already has the sidecar's digest.
 fn install_kubernetes_binary(
     config: &Config,
@@ -72,21 +93,46 @@ fn install_kubernetes_binary(
     rootfs: &Path,
     fetcher: &Fetcher,
     arch: &str,
-) -> Result<bool, StartError> {
+) -> Result<InstalledBinary, StartError> {
+    let path = format!("/usr/local/bin/{}", spec.name);
     let resolved = kubernetes_source(config, spec, arch)?;
-    let dest = rootfs.join("usr/local/bin").join(spec.name);
+    let dest = rootfs.join(path.trim_start_matches('/'));
     let expected = crate::artifact::expected_sha256(&resolved, fetcher).map_err(artifact(spec.name))?;
-    if checksum::sha256_file(&dest).is_ok_and(|have| have == expected) {
-        return Ok(false);
+    let changed = !checksum::sha256_file(&dest).is_ok_and(|have| have == expected);
+    if changed {
+        crate::artifact::fetch_verify_install(spec, &resolved, &dest, fetcher, &|_| Ok(()))
+            .map_err(artifact(spec.name))?;
     }
-    crate::artifact::fetch_verify_install(spec, &resolved, &dest, fetcher, &|_| Ok(()))
-        .map_err(artifact(spec.name))?;
-    Ok(true)
+    Ok(InstalledBinary {
+        path,
+        sha256: expected,
+        changed,
+    })
 }
 
 /// Copies the running agent into the machine as the LocalDNS supervisor (see
-/// [`supervisor_entry`]) unless the same bytes are there.
-pub fn install_supervisor(rootfs: &Path) -> Result<bool, StartError> {
+/// [`supervisor_entry`]) unless the same bytes are there (compared, not hashed: hashing the
+/// ~50 MB binary costs a second or more under emulation); says whether it wrote it.
+pub fn replace_supervisor(rootfs: &Path) -> Result<bool, StartError> {
+    Ok(copy_supervisor(rootfs)?.0)
+}
+
+/// [`replace_supervisor`], with the binary's digest for the manifest.
+pub fn install_supervisor(rootfs: &Path) -> Result<InstalledBinary, StartError> {
+    let (changed, bytes) = copy_supervisor(rootfs)?;
+    let sha256 = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(&bytes))
+    };
+    Ok(InstalledBinary {
+        path: SUPERVISOR_BINARY.to_owned(),
+        sha256,
+        changed,
+    })
+}
+
+/// Whether the supervisor was written, and the agent's bytes.
+fn copy_supervisor(rootfs: &Path) -> Result<(bool, Vec<u8>), StartError> {
     let me = std::env::current_exe().map_err(|source| StartError::Io {
         action: "find the running agent binary",
         path: "/proc/self/exe".into(),
@@ -97,14 +143,19 @@ pub fn install_supervisor(rootfs: &Path) -> Result<bool, StartError> {
         let path = path.to_path_buf();
         move |source| StartError::Io { action, path, source }
     };
-    let want = checksum::sha256_file(&me).map_err(io("hash", &me))?;
-    if checksum::sha256_file(&dest).is_ok_and(|have| have == want) {
-        return Ok(false);
-    }
     let bytes = std::fs::read(&me).map_err(io("read", &me))?;
-    crate::files::write_atomic(&dest, &bytes, 0o755).map_err(io("write", &dest))?;
+    let changed = !same_bytes(&dest, &bytes);
+    if changed {
+        crate::files::write_atomic(&dest, &bytes, 0o755).map_err(io("write", &dest))?;
+    }
     debug_assert!(supervisor_entry::invoked_as_supervisor(SUPERVISOR_BINARY));
-    Ok(true)
+    Ok((changed, bytes))
+}
+
+/// True when `path` is a file holding exactly `bytes` (its size is checked first).
+fn same_bytes(path: &Path, bytes: &[u8]) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() == bytes.len() as u64)
+        && std::fs::read(path).is_ok_and(|have| have == bytes)
 }
 
 /// Where each archive of `ContainerImages` lives in the machine, in config order (nothing is
@@ -199,8 +250,7 @@ pub fn install_rootfs(
     Ok(changed)
 }
 
-/// Everything of this stage after the rootfs itself. Returns the image archives and whether a
-/// host unit file changed (systemd must reload).
+/// Everything of this stage after the rootfs itself.
 pub fn populate(
     config: &Config,
     rendered: &Rendered,
@@ -208,20 +258,30 @@ pub fn populate(
     root: &Path,
     fetcher: &Fetcher,
     p: &dyn Progress,
-) -> Result<(Vec<ImageArchive>, bool), StartError> {
+) -> Result<Populated, StartError> {
     let arch = source::host_arch().map_err(artifact("host"))?;
+    let mut binaries = Vec::new();
     for spec in [&KUBELET, &KUBECTL] {
-        if install_kubernetes_binary(config, spec, rootfs, fetcher, arch)? {
+        let installed = install_kubernetes_binary(config, spec, rootfs, fetcher, arch)?;
+        if installed.changed {
             p.line(&format!("installed {} in the machine", spec.name));
         }
+        binaries.push(installed);
     }
     if config.local_dns.is_some() {
         let installed =
             coredns::install(&config.coredns_request(), rootfs, fetcher).map_err(artifact("CoreDNS"))?;
         p.line(&format!("installed CoreDNS {} in the machine", installed.version));
-        if install_supervisor(rootfs)? {
+        binaries.push(InstalledBinary {
+            path: crate::paths::COREDNS_BINARY.to_owned(),
+            sha256: installed.sha256,
+            changed: true,
+        });
+        let supervisor = install_supervisor(rootfs)?;
+        if supervisor.changed {
             p.line("installed the LocalDNS supervisor in the machine");
         }
+        binaries.push(supervisor);
     }
     let images = install_images(config, rootfs, fetcher, arch, p)?;
     let written = write_changed(root, rendered, |p| {
@@ -230,6 +290,56 @@ pub fn populate(
     for path in &written {
         p.line(&format!("wrote {}", path.display()));
     }
-    let host_units_changed = written.iter().any(|p| p.starts_with("/etc/systemd/system"));
-    Ok((images, host_units_changed))
+    Ok(Populated {
+        images,
+        host_units_changed: written.iter().any(|p| p.starts_with("/etc/systemd/system")),
+        binaries,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::MetadataExt;
+
+    use super::*;
+
+    fn supervisor_in(rootfs: &Path) -> PathBuf {
+        rootfs.join(SUPERVISOR_BINARY.trim_start_matches('/'))
+    }
+
+    #[test]
+    fn the_supervisor_is_the_running_binary_with_its_digest_and_is_written_only_when_it_differs() {
+        let rootfs = tempfile::tempdir().unwrap();
+        let me = std::env::current_exe().unwrap();
+        let first = install_supervisor(rootfs.path()).unwrap();
+        assert!(first.changed);
+        assert_eq!(first.path, SUPERVISOR_BINARY);
+        assert_eq!(first.sha256, checksum::sha256_file(&me).unwrap());
+        let dest = supervisor_in(rootfs.path());
+        assert_eq!(std::fs::read(&dest).unwrap(), std::fs::read(&me).unwrap());
+        let inode = std::fs::metadata(&dest).unwrap().ino();
+
+        let again = install_supervisor(rootfs.path()).unwrap();
+        assert!(!again.changed, "the same bytes were written again");
+        assert_eq!(again.sha256, first.sha256);
+        assert!(!replace_supervisor(rootfs.path()).unwrap());
+        assert_eq!(std::fs::metadata(&dest).unwrap().ino(), inode);
+    }
+
+    #[test]
+    fn a_supervisor_of_another_build_is_replaced_also_when_its_size_is_the_same() {
+        let rootfs = tempfile::tempdir().unwrap();
+        let me = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        let dest = supervisor_in(rootfs.path());
+        std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
+        let mut other = me.clone();
+        *other.last_mut().unwrap() ^= 0xff;
+        std::fs::write(&dest, &other).unwrap();
+        assert!(replace_supervisor(rootfs.path()).unwrap());
+        assert_eq!(std::fs::read(&dest).unwrap(), me);
+
+        std::fs::write(&dest, b"older and shorter").unwrap();
+        assert!(install_supervisor(rootfs.path()).unwrap().changed);
+        assert_eq!(std::fs::read(&dest).unwrap(), me);
+    }
 }
