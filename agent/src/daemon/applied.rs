@@ -64,7 +64,7 @@ mod tests {
         let (config, sidecar) = applied_paths(root, slot);
         std::fs::create_dir_all(config.parent().unwrap()).unwrap();
         std::fs::write(&config, json).unwrap();
-        let digest = crate::lifecycle::observe::sha256_hex(digest_of.as_bytes());
+        let digest = crate::artifact::checksum::sha256_bytes(digest_of.as_bytes());
         std::fs::write(&sidecar, format!("{digest}  applied.json\n")).unwrap();
     }
 
@@ -81,8 +81,8 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         write(root.path(), Slot::Kube2, "{\"a\":2}", "{\"a\":1}");
         let err = check(root.path()).unwrap_err().to_string();
-        let actual = crate::lifecycle::observe::sha256_hex(b"{\"a\":2}");
-        let recorded = crate::lifecycle::observe::sha256_hex(b"{\"a\":1}");
+        let actual = crate::artifact::checksum::sha256_bytes(b"{\"a\":2}");
+        let recorded = crate::artifact::checksum::sha256_bytes(b"{\"a\":1}");
         assert!(
             err.contains("does not match its sidecar")
                 && err.contains(&actual)

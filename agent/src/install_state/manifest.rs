@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::artifact::checksum::sha256_bytes;
 use crate::names::Slot;
 use crate::render::{Place, Rendered};
 
@@ -43,11 +44,6 @@ pub struct Manifest {
     pub host_network: bool,
 }
 
-fn sha256_hex(bytes: &[u8]) -> String {
-    use sha2::Digest;
-    hex::encode(sha2::Sha256::digest(bytes))
-}
-
 /// True for host files that belong to both slots (kernel settings), not to one machine.
 pub fn is_shared_host_file(path: &Path) -> bool {
     path == Path::new(crate::render::host_prep::SYSCTL_FILE)
@@ -63,7 +59,7 @@ impl Manifest {
         for f in &rendered.files {
             let entry = Entry {
                 path: f.path.clone(),
-                sha256: Some(sha256_hex(&f.contents)),
+                sha256: Some(sha256_bytes(&f.contents)),
                 link: None,
             };
             if f.place == Place::Host && is_shared_host_file(&f.path) {

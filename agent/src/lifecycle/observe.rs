@@ -7,6 +7,7 @@ use super::change;
 use super::error::LifecycleError;
 use super::plan::{Change, Desired, Observed, Operation};
 use super::{Options, repave_state, state};
+use crate::artifact::checksum::sha256_bytes;
 use crate::files::under;
 use crate::names::Slot;
 use crate::start::node::applied_paths;
@@ -28,7 +29,7 @@ impl LoadedConfig {
         Ok(LoadedConfig {
             path: path.into(),
             config,
-            sha256: sha256_hex(&bytes),
+            sha256: sha256_bytes(&bytes),
             bytes,
         })
     }
@@ -36,12 +37,6 @@ impl LoadedConfig {
     fn json(&self) -> serde_json::Value {
         serde_json::from_slice(&self.bytes).unwrap_or(serde_json::Value::Null)
     }
-}
-
-/// SHA-256 of `bytes`, lowercase hex.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    use sha2::Digest;
-    hex::encode(sha2::Sha256::digest(bytes))
 }
 
 /// What observing found.
@@ -190,7 +185,7 @@ mod tests {
 
     #[test]
     fn a_repave_killed_before_the_target_config_was_written_resumes_with_the_recorded_config() {
-        let sha = sha256_hex(CONFIG.as_bytes());
+        let sha = sha256_bytes(CONFIG.as_bytes());
         let root = killed_early_in_preparing(&sha);
         let seen = observe(Operation::Repave { to: None }, &options(root.path())).unwrap();
         let config = seen.config.expect("the repave's config");

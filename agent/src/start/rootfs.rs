@@ -120,13 +120,9 @@ pub fn replace_supervisor(rootfs: &Path) -> Result<bool, StartError> {
 /// [`replace_supervisor`], with the binary's digest for the manifest.
 pub fn install_supervisor(rootfs: &Path) -> Result<InstalledBinary, StartError> {
     let (changed, bytes) = copy_supervisor(rootfs)?;
-    let sha256 = {
-        use sha2::Digest;
-        hex::encode(sha2::Sha256::digest(&bytes))
-    };
     Ok(InstalledBinary {
+        sha256: checksum::sha256_bytes(&bytes),
         path: SUPERVISOR_BINARY.to_owned(),
-        sha256,
         changed,
     })
 }
