@@ -5,7 +5,7 @@
 
 mod collector;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 pub use collector::{Collector, Entry, Guest, INDEX_FILE, render_index};
 
@@ -27,21 +27,12 @@ pub const GUEST_COMMANDS: [(&str, &str); 5] = [
     ("machinectl-list.txt", "machinectl list"),
 ];
 
-/// The repository root: `$REPO_ROOT`, else the parent of this crate's manifest directory.
-pub fn repo_root() -> PathBuf {
-    if let Some(root) = std::env::var_os("REPO_ROOT").filter(|v| !v.is_empty()) {
-        return PathBuf::from(root);
-    }
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    manifest.parent().unwrap_or(manifest).to_path_buf()
-}
-
 /// `$LAB_ARTIFACTS_DIR`, else `<repo>/target/lab-artifacts`.
 pub fn artifacts_root() -> PathBuf {
     std::env::var_os("LAB_ARTIFACTS_DIR")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("target").join("lab-artifacts"))
+        .unwrap_or_else(|| crate::repo::root().join("target").join("lab-artifacts"))
 }
 
 /// The evidence directory of `test` (its name made safe for a path: `::` becomes `.`).
@@ -212,15 +203,6 @@ mod tests {
         }
         assert_eq!(describe("x.txt", "uname -a"), "`uname -a`");
         assert!(describe("x.txt", &"y".repeat(70)).ends_with("...`"));
-    }
-
-    #[test]
-    fn repo_root_holds_the_workspace_manifest() {
-        assert!(
-            repo_root().join("Cargo.toml").is_file(),
-            "{}",
-            repo_root().display()
-        );
     }
 
     #[test]

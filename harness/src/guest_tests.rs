@@ -151,7 +151,7 @@ impl GuestTests {
     /// Archives the guest test binaries of `packages` (built with the
     /// workspace's features, as `cargo nextest run --workspace` builds them).
     pub fn build(packages: &[&str]) -> Result<GuestTests, GuestTestsError> {
-        let repo = evidence::repo_root();
+        let repo = crate::repo::root();
         let nextest = find_nextest()?;
         let dir = repo
             .join("target/guest-tests")

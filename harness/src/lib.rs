@@ -15,5 +15,6 @@ pub mod inspect;
 pub mod lab;
 pub mod node_config;
 pub mod progress;
+pub mod repo;
 pub mod vm;
 pub mod wait;

@@ -188,7 +188,7 @@ pub(crate) mod tests {
     use super::*;
 
     pub(crate) fn node_configs() -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../node-configs")
+        crate::repo::root().join("node-configs")
     }
 
     pub(crate) fn lab_values() -> LabValues {

@@ -30,7 +30,7 @@ const ROOTFS_ENV: &str = "UNBOUNDED_TEST_ROOTFS";
 fn list_guests(extra: &[&str]) -> String {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
-    cmd.current_dir(harness::evidence::repo_root())
+    cmd.current_dir(harness::repo::root())
         .args(["nextest", "list", "--workspace", "--message-format", "oneline"])
         .args(extra);
     agent::exec::run_stdout(&mut cmd).unwrap_or_else(|e| panic!("{e}"))

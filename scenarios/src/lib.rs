@@ -48,12 +48,12 @@ macro_rules! node_config_case {
 
 /// `node-configs/<file>` of this checkout.
 pub fn node_config(file: &str) -> PathBuf {
-    harness::evidence::repo_root().join("node-configs").join(file)
+    harness::repo::root().join("node-configs").join(file)
 }
 
 /// The node configs every scenario runs over, sorted.
 pub fn node_config_paths() -> anyhow::Result<Vec<PathBuf>> {
-    let dir = harness::evidence::repo_root().join("node-configs");
+    let dir = harness::repo::root().join("node-configs");
     let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
         .with_context(|| format!("reading {}", dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))

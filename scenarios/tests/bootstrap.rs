@@ -415,9 +415,8 @@ fn in_cidr_takes_the_prefix_length_into_account() {
 #[test]
 fn a_failing_start_keeps_its_output_and_the_nodes_evidence() -> anyhow::Result<()> {
     let wrong = "0".repeat(64);
-    let mut node = harness::node_config::NodeConfig::load(
-        &harness::evidence::repo_root().join("node-configs/localdns.json"),
-    )?;
+    let mut node =
+        harness::node_config::NodeConfig::load(&harness::repo::root().join("node-configs/localdns.json"))?;
     node.name = Some("bad-rootfs".into());
     node.agent_config = Some(serde_json::json!({"MachineImage": {"SHA256": wrong}}));
     let lab = scenarios::node::ClusterLab::boot(node)?;

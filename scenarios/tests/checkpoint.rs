@@ -26,9 +26,7 @@ const LEASE_FRESH: Duration = Duration::from_secs(60);
 
 #[test]
 fn a_node_resumed_from_its_checkpoint_is_a_working_node_of_the_new_labs_cluster() -> anyhow::Result<()> {
-    let node_config = harness::evidence::repo_root()
-        .join("node-configs")
-        .join("localdns.json");
+    let node_config = harness::repo::root().join("node-configs").join("localdns.json");
     JoinedNode::run_case(&node_config, |node| {
         let checkpoint = node.checkpoint.clone().with_context(|| {
             format!(
@@ -208,9 +206,7 @@ fn harness_lab_up_resumes_the_node_from_its_checkpoint_and_says_so() -> anyhow::
     use std::io::{BufRead, BufReader};
     use std::process::{Command, Stdio};
 
-    let node_config = harness::evidence::repo_root()
-        .join("node-configs")
-        .join("localdns.json");
+    let node_config = harness::repo::root().join("node-configs").join("localdns.json");
     let cache = harness::cache::Cache::open()?;
     let saved = scenarios::resume::ensure_checkpoint(&cache, &node_config)?;
     let binary = harness::deploy::plan::target_dir().join("debug").join("harness");

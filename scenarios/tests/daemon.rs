@@ -46,7 +46,7 @@ const UNIT: &str = agent::paths::DAEMON_UNIT_NAME;
 const CONFIGURATION: &str = "daemon-lab";
 
 fn node_config() -> std::path::PathBuf {
-    harness::evidence::repo_root().join("node-configs/localdns.json")
+    harness::repo::root().join("node-configs/localdns.json")
 }
 
 #[test]

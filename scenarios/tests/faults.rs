@@ -61,9 +61,7 @@ const FILL_CLIENTS: u32 = 4;
 
 #[test]
 fn localdns_answers_again_after_crashes_hangs_and_an_upstream_outage() -> anyhow::Result<()> {
-    let node_config = harness::evidence::repo_root()
-        .join("node-configs")
-        .join("localdns.json");
+    let node_config = harness::repo::root().join("node-configs").join("localdns.json");
     JoinedNode::run_case(&node_config, |node| {
         coredns_killed_again_and_again(node)?;
         upstream_gone(node)?;

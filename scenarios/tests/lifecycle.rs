@@ -36,7 +36,7 @@ const CONFIG: &str = harness::deploy::plan::GUEST_CONFIG;
 const CONFIG_OFF: &str = "/etc/unbounded/agent/config-localdns-off.json";
 
 fn node_config() -> std::path::PathBuf {
-    harness::evidence::repo_root().join("node-configs/localdns.json")
+    harness::repo::root().join("node-configs/localdns.json")
 }
 
 #[test]

@@ -22,7 +22,7 @@ use scenarios::node::ClusterLab;
 const SCRIPT: &str = "/root/manual-bootstrap.sh";
 
 fn node_config() -> std::path::PathBuf {
-    harness::evidence::repo_root().join("node-configs/localdns.json")
+    harness::repo::root().join("node-configs/localdns.json")
 }
 
 /// `kubectl-unbounded`, built beside the agent (`scripts/scenario.sh` builds the agent's bins).

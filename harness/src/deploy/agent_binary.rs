@@ -171,11 +171,7 @@ mod tests {
 
     #[test]
     fn this_checkout_has_agent_sources() {
-        let (newest, _) = newest_source(&crate::evidence::repo_root()).expect("agent sources");
-        assert!(
-            newest.starts_with(crate::evidence::repo_root()),
-            "{}",
-            newest.display()
-        );
+        let (newest, _) = newest_source(&crate::repo::root()).expect("agent sources");
+        assert!(newest.starts_with(crate::repo::root()), "{}", newest.display());
     }
 }

@@ -102,7 +102,7 @@ pub fn target_dir() -> PathBuf {
             }
         }
     }
-    crate::evidence::repo_root().join("target")
+    crate::repo::root().join("target")
 }
 
 /// The agent binary cargo built: `<target>/debug/unbounded-agent`.

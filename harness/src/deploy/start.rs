@@ -24,7 +24,7 @@ pub fn start_script(limit: Duration) -> String {
 /// Deploys `plan` onto `vm` with the agent binary at `agent` on the host; evidence of a failure
 /// goes under `$LAB_ARTIFACTS_DIR/<test>/<vm>/`.
 pub fn deploy_plan(vm: &Vm, plan: DeployPlan, agent: &Path, test: &str) -> Result<DeployedNode, DeployError> {
-    super::agent_binary::ensure_fresh(agent, &crate::evidence::repo_root())?;
+    super::agent_binary::ensure_fresh(agent, &crate::repo::root())?;
     let node = plan.node_name.clone();
     let files = |plan: &DeployPlan| vec![("deployed-agent-config.json", plan.config_json.clone())];
     let vm_err = |doing: &str, source: VmError, plan: &DeployPlan| {

@@ -126,10 +126,7 @@ impl Recipe {
 
 /// `<repo>/images`, where the recipes live.
 pub fn images_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the harness crate sits in the repository")
-        .join("images")
+    crate::repo::root().join("images")
 }
 
 /// The names of a `packages` list: one a line, `#` starts a comment.

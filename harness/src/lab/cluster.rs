@@ -52,12 +52,12 @@ pub fn admin_kubeconfig(run_dir: &Path) -> PathBuf {
 
 /// The Machina CRDs installed in every lab cluster: `<repo>/deploy/crd`.
 pub fn crd_dir() -> PathBuf {
-    crate::evidence::repo_root().join("deploy").join("crd")
+    crate::repo::root().join("deploy").join("crd")
 }
 
 /// The agent daemon's RBAC and admission policy applied in every lab cluster: `<repo>/deploy/rbac`.
 pub fn rbac_dir() -> PathBuf {
-    crate::evidence::repo_root().join("deploy").join("rbac")
+    crate::repo::root().join("deploy").join("rbac")
 }
 
 /// `<run dir>/control-plane`: the control plane's state (PKI, etcd data, Corefile).
