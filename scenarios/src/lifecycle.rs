@@ -160,8 +160,10 @@ pub fn wait_new_boot_id(node: &JoinedNode, old: &str) -> anyhow::Result<String> 
     }
 }
 
-/// A pod that sleeps for an hour on the node; its container id tells whether it survived.
-pub fn start_sleeper(node: &JoinedNode, name: &str) -> anyhow::Result<String> {
+/// A pod that sleeps for an hour on the node, in `machine`; its container id tells whether it
+/// survived. Its container's scope in the machine has the agent's stop timeout
+/// ([`ensure_container_stop_is_bounded`]).
+pub fn start_sleeper(node: &JoinedNode, machine: &str, name: &str) -> anyhow::Result<String> {
     let pods: Api<Pod> = Api::namespaced(node.client.clone(), "default");
     let pod = test_pod(
         name,
@@ -178,11 +180,31 @@ pub fn start_sleeper(node: &JoinedNode, name: &str) -> anyhow::Result<String> {
     loop {
         if let Some(id) = running_container(node, name)? {
             eprintln!("==> pod {name} runs as {id}");
+            ensure_container_stop_is_bounded(node, machine, &id)?;
             return Ok(id);
         }
         ensure!(Instant::now() < deadline, "pod {name} did not start running");
         std::thread::sleep(std::time::Duration::from_secs(2));
     }
+}
+
+/// The scope systemd runs container `id` (`containerd://<id>`) in inside `machine` stops it
+/// within the agent's timeout (its drop-in for every `cri-containerd-*.scope`), not systemd's
+/// 90 s: the sleeper's `sleep` ignores SIGTERM, so every stop of the machine (a managed reboot, a
+/// repave, the host's reboot) would otherwise wait 90 s for it.
+pub fn ensure_container_stop_is_bounded(node: &JoinedNode, machine: &str, id: &str) -> anyhow::Result<()> {
+    let scope = format!("cri-containerd-{}.scope", id.trim_start_matches("containerd://"));
+    let (code, out) = node.machine_systemctl(machine, &format!("show -P TimeoutStopUSec {scope}"))?;
+    let want = format!("{}s", agent::render::containerd::CONTAINER_STOP_SECS);
+    ensure!(
+        code == Some(0) && out.trim() == want,
+        "the container's scope {scope} in {machine} should stop within {want} \
+         (agent drop-in {}); `systemctl show -P TimeoutStopUSec` exited {code:?} with {:?}",
+        agent::render::containerd::CONTAINER_SCOPE_DROP_IN,
+        out.trim()
+    );
+    eprintln!("==> {scope} in {machine}: SIGKILL {want} after SIGTERM when the machine stops");
+    Ok(())
 }
 
 /// The container id of a running, never restarted pod `name`; `None` otherwise.

@@ -47,7 +47,7 @@ fn a_node_reboots_turns_localdns_off_and_on_in_place_and_survives_a_host_reboot(
         an_upstream_change_is_kept_by_a_restart_and_taken_by_a_managed_reboot(node)?;
         a_rebuilt_agent_restarts_localdns_and_an_unchanged_one_does_not(node)?;
         // After the reboot (which restarts every container): it must survive LocalDNS off and on.
-        let sleeper = start_sleeper(node, "lifecycle-sleeper")?;
+        let sleeper = start_sleeper(node, "kube1", "lifecycle-sleeper")?;
         localdns_off_in_place(node, &sleeper)?;
         localdns_on_in_place(node, &sleeper)?;
         host_reboot(node)

@@ -153,6 +153,12 @@ pub fn node_files(config: &Config, goal: &Goal, host_resolv_conf: &str) -> Resul
     );
     add(
         Place::Machine,
+        containerd::CONTAINER_SCOPE_DROP_IN,
+        0o644,
+        containerd::container_scope_stop_conf().into_bytes(),
+    );
+    add(
+        Place::Machine,
         cni::CONFLIST,
         0o644,
         cni::bridge_conflist(&pod_cidr).into_bytes(),
