@@ -305,7 +305,8 @@ fn a_configuration_change_turns_localdns_off_and_on_through_the_daemon(
         .context("the config has no Cluster.ClusterDNS")?
         .parse()?;
     // A running pod must survive both changes (kubelet restarts, containers do not).
-    let sleeper = start_sleeper(node, machine, "daemon-sleeper")?;
+    // In slot kube1 (`machine` is the Machina Machine's name; the repave to kube2 comes later).
+    let sleeper = start_sleeper(node, "kube1", "daemon-sleeper")?;
     for enabled in [false, true] {
         let started = Instant::now();
         set_localdns_in_the_configuration(node, enabled)?;
