@@ -112,14 +112,26 @@ pub fn run(exec: &mut Executor) -> Result<(), StartError> {
         // their files are gone and systemd reloaded, a running unit has lost its dependency on
         // the slice, so stopping the slice does not stop it (seen on a lab node: the spare stayed
         // active).
-        for unit in [
+        // One `is-active` and one `stop` for all four (each command in the machine costs most
+        // of a second under emulation; a unit at a time took ~9 s of a ~38 s LocalDNS off).
+        let units = [
             crate::supervisor::spare::UNIT,
             "localdns.service",
             crate::supervisor::restart_bridge::BRIDGE_UNIT,
             "localdns.slice",
-        ] {
-            if runner.unit_state(unit)? != "inactive" {
-                runner.run(&["systemctl", "stop", unit])?;
+        ];
+        let states = runner.unit_states(&units)?;
+        let up: Vec<&str> = units
+            .iter()
+            .zip(&states)
+            .filter(|(_, state)| *state != "inactive")
+            .map(|(unit, _)| *unit)
+            .collect();
+        if !up.is_empty() {
+            let mut argv = vec!["systemctl", "stop"];
+            argv.extend_from_slice(&up);
+            runner.run(&argv)?;
+            for unit in up {
                 exec.line(&format!("stopped {unit}"));
             }
         }
