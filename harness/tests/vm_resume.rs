@@ -107,14 +107,27 @@ fn assert_journal_follows_the_machine_id(vm: &Vm, id: &str) {
         "{}: no journal directory for machine id {id}: {dirs}",
         vm.name()
     );
-    let found = vm
-        .run("journalctl -b --no-pager -o cat -t root --grep lab-machine-id-check")
-        .unwrap_or_default();
-    assert!(
-        found.contains("lab-machine-id-check"),
-        "{}: `journalctl -b` (this machine id's journal) lacks a line logged just now: {found:?}",
-        vm.name()
+    // Asked again for up to 10 s: read while journald writes (right after a resume, under load)
+    // journalctl can find the file "truncated" and print no entries at all (a `.ci/run` of
+    // session 25 saw an empty answer once, with the line in the journal).
+    let found = harness::wait::wait_until(
+        format!("VM {}", vm.name()),
+        Duration::from_secs(10),
+        "`journalctl -b` (this machine id's journal) to show a line logged just now",
+        || {
+            let found = vm
+                .run("journalctl -b --no-pager -o cat -t root --grep lab-machine-id-check")
+                .unwrap_or_default();
+            if found.contains("lab-machine-id-check") {
+                harness::wait::Attempt::<(), harness::wait::WaitTimeout>::Ready(())
+            } else {
+                harness::wait::Attempt::Retry(format!("it printed {found:?}"))
+            }
+        },
     );
+    if let Err(err) = found {
+        panic!("{err}");
+    }
 }
 
 #[test]
