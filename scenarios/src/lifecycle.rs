@@ -188,22 +188,34 @@ pub fn start_sleeper(node: &JoinedNode, machine: &str, name: &str) -> anyhow::Re
     }
 }
 
-/// The scope systemd runs container `id` (`containerd://<id>`) in inside `machine` stops it
-/// within the agent's timeout (its drop-in for every `cri-containerd-*.scope`), not systemd's
-/// 90 s: the sleeper's `sleep` ignores SIGTERM, so every stop of the machine (a managed reboot, a
-/// repave, the host's reboot) would otherwise wait 90 s for it.
+/// What the machine's systemd stops, container `id`'s scope (`containerd://<id>`) among it, gets
+/// SIGKILL within the agent's timeout (its manager drop-in's `DefaultTimeoutStopSec`), not
+/// systemd's 90 s: the sleeper's `sleep` ignores SIGTERM, so every stop of the machine (a managed
+/// reboot, a repave, the host's reboot) would otherwise wait 90 s for it, in its scope or, once
+/// its scope is gone, in the shutdown's last "remaining processes" wait.
 pub fn ensure_container_stop_is_bounded(node: &JoinedNode, machine: &str, id: &str) -> anyhow::Result<()> {
+    let want = format!("{}s", agent::render::machine_stop::STOP_SECS);
+    let drop_in = agent::render::machine_stop::DROP_IN;
     let scope = format!("cri-containerd-{}.scope", id.trim_start_matches("containerd://"));
-    let (code, out) = node.machine_systemctl(machine, &format!("show -P TimeoutStopUSec {scope}"))?;
-    let want = format!("{}s", agent::render::containerd::CONTAINER_STOP_SECS);
-    ensure!(
-        code == Some(0) && out.trim() == want,
-        "the container's scope {scope} in {machine} should stop within {want} \
-         (agent drop-in {}); `systemctl show -P TimeoutStopUSec` exited {code:?} with {:?}",
-        agent::render::containerd::CONTAINER_SCOPE_DROP_IN,
-        out.trim()
-    );
-    eprintln!("==> {scope} in {machine}: SIGKILL {want} after SIGTERM when the machine stops");
+    for (what, args) in [
+        (
+            "the machine's systemd",
+            "show -P DefaultTimeoutStopUSec".to_owned(),
+        ),
+        (
+            "the container's scope",
+            format!("show -P TimeoutStopUSec {scope}"),
+        ),
+    ] {
+        let (code, out) = node.machine_systemctl(machine, &args)?;
+        ensure!(
+            code == Some(0) && out.trim() == want,
+            "{what} in {machine} should stop within {want} (agent drop-in {drop_in}); \
+             `systemctl {args}` exited {code:?} with {:?}",
+            out.trim()
+        );
+    }
+    eprintln!("==> {scope} and the rest of {machine}: SIGKILL {want} after SIGTERM when the machine stops");
     Ok(())
 }
 

@@ -416,6 +416,7 @@ fn deleting_the_node_repaves_it_to_the_other_slot(
 ) -> anyhow::Result<()> {
     let name = node.deployed.name.clone();
     let from = node.machine()?;
+    let guest_since = node.vm.run("date +%s")?.trim().to_owned();
     let started = Instant::now();
     node.block_on(
         Api::<k8s_openapi::api::core::v1::Node>::all(node.client.clone()).delete(&name, &Default::default()),
@@ -456,6 +457,14 @@ fn deleting_the_node_repaves_it_to_the_other_slot(
         "==> Node deleted: repaved by the daemon from {from} to {to}, Node Ready, in {:.1}s",
         started.elapsed().as_secs_f64()
     );
+    // The repave's timeline, from the daemon's own journal: where its time went.
+    let timeline = node
+        .vm
+        .run_unchecked(&format!(
+            "journalctl -u {UNIT} -u systemd-nspawn@{from}.service --no-pager -o short-precise --since @{guest_since}"
+        ))?
+        .stdout_text();
+    eprintln!("==> the daemon's and {from}'s journal since the Node's deletion:\n{timeline}");
     a_cluster_first_pod_resolves_the_kubernetes_service_through(node, CLUSTER_LISTENER)
 }
 

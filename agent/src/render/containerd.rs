@@ -1,7 +1,6 @@
 //! containerd's config in the machine (`/etc/containerd/config.toml`, containerd 1.7, config
 //! version 2): the CRI plugin with the systemd cgroup driver, Debian's CNI plugin directory and
-//! the pause image imported from `ContainerImages` as the sandbox image; and how long the
-//! machine's systemd gives a pod's container to stop when the machine stops.
+//! the pause image imported from `ContainerImages` as the sandbox image.
 
 use super::HEADER;
 
@@ -11,26 +10,6 @@ pub const CNI_BIN_DIR: &str = "/usr/lib/cni";
 pub const CNI_CONF_DIR: &str = "/etc/cni/net.d";
 /// containerd's socket, as kubelet's `containerRuntimeEndpoint` names it.
 pub const SOCKET: &str = "unix:///run/containerd/containerd.sock";
-
-/// The drop-in for every container's scope: with the systemd cgroup driver runc runs each
-/// container in a transient `cri-containerd-<id>.scope`, and a prefix drop-in applies to them all.
-pub const CONTAINER_SCOPE_DROP_IN: &str =
-    "/etc/systemd/system/cri-containerd-.scope.d/50-unbounded-stop.conf";
-/// Seconds between the SIGTERM and the SIGKILL a container gets when the machine stops.
-pub const CONTAINER_STOP_SECS: u32 = 10;
-
-/// [`CONTAINER_SCOPE_DROP_IN`]: when the machine stops (a managed reboot, a repave, a reset, the
-/// host shutting down) kubelet is already gone, so no pod's own grace period applies: systemd
-/// stops each container's scope, SIGTERM first and SIGKILL after [`CONTAINER_STOP_SECS`], instead
-/// of its default 90 s. A container whose PID 1 has no SIGTERM handler (`sleep`) ignores the
-/// SIGTERM, and with the default one such pod held every stop of the machine for 90 s.
-pub fn container_scope_stop_conf() -> String {
-    format!(
-        "{HEADER}[Scope]
-TimeoutStopSec={CONTAINER_STOP_SECS}s
-"
-    )
-}
 
 /// The TOML file. `sandbox_image` is the pause image's ref; without one containerd keeps its own
 /// default (which it would have to pull).
@@ -69,20 +48,6 @@ fn toml_string(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn every_containers_scope_gets_sigkill_ten_seconds_after_sigterm() {
-        let path = std::path::Path::new(CONTAINER_SCOPE_DROP_IN);
-        // A prefix drop-in: systemd applies `cri-containerd-.scope.d/` to every unit named
-        // `cri-containerd-<id>.scope`, the transient scopes runc creates too.
-        assert_eq!(
-            path.parent().and_then(|d| d.file_name()),
-            Some(std::ffi::OsStr::new("cri-containerd-.scope.d"))
-        );
-        let text = container_scope_stop_conf();
-        let body: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
-        assert_eq!(body, ["[Scope]", "TimeoutStopSec=10s"], "{text}");
-    }
 
     #[test]
     fn the_sandbox_image_is_the_pause_ref_and_cni_uses_debians_plugin_dir() {

@@ -13,6 +13,7 @@ pub mod host_prep;
 pub mod kubelet;
 pub mod kubelet_node;
 pub mod machine;
+pub mod machine_stop;
 pub mod nspawn;
 pub use crate::paths;
 pub mod units;

@@ -9,7 +9,8 @@ use base64::Engine as _;
 
 use crate::goal::Goal;
 use crate::render::{
-    self, Place, RenderError, Rendered, RenderedFile, cni, containerd, host_prep, kubelet_node, nspawn,
+    self, Place, RenderError, Rendered, RenderedFile, cni, containerd, host_prep, kubelet_node, machine_stop,
+    nspawn,
 };
 use crate::validate::{Config, ContainerImage};
 
@@ -153,9 +154,9 @@ pub fn node_files(config: &Config, goal: &Goal, host_resolv_conf: &str) -> Resul
     );
     add(
         Place::Machine,
-        containerd::CONTAINER_SCOPE_DROP_IN,
+        machine_stop::DROP_IN,
         0o644,
-        containerd::container_scope_stop_conf().into_bytes(),
+        machine_stop::conf().into_bytes(),
     );
     add(
         Place::Machine,
