@@ -93,6 +93,8 @@ pub const NODE_UPSTREAMS: &str = "/etc/unbounded/localdns/node-upstreams";
 pub const ENVIRONMENT: &str = "/etc/unbounded/localdns/environment";
 pub const MACHINE_RESOLV_CONF: &str = "/etc/resolv.conf";
 pub const COREDNS_BINARY: &str = "/usr/local/bin/coredns";
+/// What was checked when CoreDNS was installed (`crate::artifact::coredns_record`).
+pub const COREDNS_INSTALL_RECORD: &str = "/var/lib/unbounded/coredns-install.json";
 pub const SUPERVISOR_BINARY: &str = "/usr/local/libexec/unbounded-localdns-supervisor";
 pub const LOCALDNS_SERVICE: &str = "/etc/systemd/system/localdns.service";
 pub const LOCALDNS_SLICE: &str = "/etc/systemd/system/localdns.slice";

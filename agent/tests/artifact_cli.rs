@@ -83,10 +83,22 @@ fn coredns_install_from_the_offline_bundle_prints_version_and_sha256() {
         "{stdout}"
     );
     assert!(stdout.contains(&format!("sha256 {sha}\n")), "{stdout}");
-    assert_eq!(
-        sha256_file(&rootfs.path().join("usr/local/bin/coredns")).unwrap(),
-        sha
+    let binary = rootfs.path().join("usr/local/bin/coredns");
+    assert_eq!(sha256_file(&binary).unwrap(), sha);
+    assert!(
+        stdout.starts_with(&format!("installed {}\n", binary.display())),
+        "{stdout}"
     );
+
+    // Again: the install record shows the binary is the same; it is kept.
+    let out = install(&config, rootfs.path());
+    let again = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        again.starts_with(&format!("kept {}\n", binary.display())),
+        "{again}"
+    );
+    assert!(again.contains(&format!("sha256 {sha}\n")), "{again}");
 }
 
 #[test]

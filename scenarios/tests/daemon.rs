@@ -5,7 +5,7 @@
 //! pod resolving through the cluster listener), a change of the Machine's `MachineConfiguration`
 //! turning LocalDNS off and then on again reaches the node as drift (applied in place by the
 //! daemon), deleting the Node repaves it to the other slot (the Node comes back Ready, nothing of
-//! the old slot is left), a second `apply` leaves the running daemon alone, and an `AgentReset`
+//! the old slot is left), a second `apply` leaves the running daemon and CoreDNS alone, and an `AgentReset`
 //! MachineOperation removes the agent from the host, the daemon last.
 //!
 //! After the reset the host is compared with the listing taken before the deploy (the one the
@@ -61,7 +61,7 @@ fn the_daemon_installed_by_apply_reboots_and_resets_its_node_through_machine_ope
         a_node_reboot_operation_reboots_the_node(node, &machine)?;
         a_configuration_change_turns_localdns_off_and_on_through_the_daemon(node, &machine)?;
         deleting_the_node_repaves_it_to_the_other_slot(node, &machine)?;
-        a_second_apply_leaves_the_daemon_running(node)?;
+        a_second_apply_leaves_the_daemon_and_coredns_alone(node)?;
         an_agent_reset_operation_removes_the_agent(node, &machine, before)
     })
 }
@@ -469,7 +469,7 @@ fn deleting_the_node_repaves_it_to_the_other_slot(
 }
 
 /// The same `apply` again: nothing of the daemon's changes and its process keeps running.
-fn a_second_apply_leaves_the_daemon_running(node: &JoinedNode) -> anyhow::Result<()> {
+fn a_second_apply_leaves_the_daemon_and_coredns_alone(node: &JoinedNode) -> anyhow::Result<()> {
     let pid = |node: &JoinedNode| -> anyhow::Result<String> {
         Ok(node
             .vm
@@ -477,7 +477,20 @@ fn a_second_apply_leaves_the_daemon_running(node: &JoinedNode) -> anyhow::Result
             .trim()
             .to_owned())
     };
+    // CoreDNS in the running slot: its install record lets the apply keep it.
+    let coredns = |node: &JoinedNode| -> anyhow::Result<String> {
+        let found = node.vm.run(&format!(
+            "stat -c '%n %i %Y' /var/lib/machines/kube*{} 2>/dev/null || true",
+            agent::paths::COREDNS_BINARY
+        ))?;
+        ensure!(
+            !found.trim().is_empty(),
+            "no CoreDNS binary in /var/lib/machines/kube*"
+        );
+        Ok(found)
+    };
     let before = pid(node)?;
+    let binary_before = coredns(node)?;
     let out = agent(node, &format!("apply --config {CONFIG_WITH_DAEMON}"))?;
     ensure!(
         !out.contains("daemon: "),
@@ -487,6 +500,11 @@ fn a_second_apply_leaves_the_daemon_running(node: &JoinedNode) -> anyhow::Result
     ensure!(
         before == after && before != "0",
         "the daemon's MainPID went {before} -> {after}"
+    );
+    let binary_after = coredns(node)?;
+    ensure!(
+        binary_before == binary_after && !out.contains("installed CoreDNS"),
+        "an apply with the same config installed CoreDNS again ({binary_before:?} -> {binary_after:?}):\n{out}"
     );
     Ok(())
 }

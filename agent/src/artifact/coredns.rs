@@ -1,11 +1,13 @@
 //! CoreDNS, the first artifact: its source from the config
 //! (`Downloads.CoreDNS`, `OfflineArtifacts.Source`), its checks (required
-//! plugins, reported version) and its place in the machine rootfs.
+//! plugins, reported version), its place in the machine rootfs and the install
+//! record that lets an unchanged install be kept.
 
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 
-use super::source::{self, COREDNS, Resolved};
+use super::coredns_record::{self, InstallRecord};
+use super::source::{self, COREDNS, Expected, Resolved};
 use super::{ArtifactError, Fetcher, Installed, fetch_verify_install, offline, plugins};
 use crate::config::{DownloadSource, RawConfig};
 
@@ -64,9 +66,22 @@ pub fn install_path(rootfs: &Path) -> PathBuf {
     rootfs.join(INSTALL_PATH)
 }
 
-/// Fetches, verifies and installs CoreDNS into `<rootfs>/usr/local/bin/coredns`.
-/// The returned version is the one the binary reports.
-pub fn install(request: &Request, rootfs: &Path, fetcher: &Fetcher) -> Result<Installed, ArtifactError> {
+/// What [`install`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CoreDnsInstall {
+    /// The binary installed, or the one kept.
+    pub installed: Installed,
+    /// False when the binary there was kept (its install record covered the request).
+    pub changed: bool,
+    /// The install record's bytes (the install state's manifest records their digest).
+    pub record: Vec<u8>,
+}
+
+/// Fetches, verifies and installs CoreDNS into `<rootfs>/usr/local/bin/coredns`, unless the
+/// binary there is the one its install record names and the record covers this request (the
+/// source's digest is the same and every required plugin was listed): then it is kept, and
+/// nothing but the sidecar is fetched. The returned version is the one the binary reports.
+pub fn install(request: &Request, rootfs: &Path, fetcher: &Fetcher) -> Result<CoreDnsInstall, ArtifactError> {
     if !rootfs.is_dir() {
         return Err(ArtifactError::InvalidSource {
             field: "rootfs".into(),
@@ -74,21 +89,71 @@ pub fn install(request: &Request, rootfs: &Path, fetcher: &Fetcher) -> Result<In
         });
     }
     refuse_symlinks_below(rootfs, INSTALL_PATH)?;
+    refuse_symlinks_below(rootfs, coredns_record::relative_path())?;
     let resolved = request.resolve(source::host_arch()?)?;
+    let expected = super::expected_sha256(&resolved, fetcher)?;
+    if let Some(kept) = kept(request, rootfs, &resolved, &expected) {
+        return Ok(kept);
+    }
+    // The payload is checked against the digest just read (the sidecar is fetched once).
+    let resolved = Resolved {
+        expected: Expected::Pinned(expected),
+        ..resolved
+    };
     let reported = RefCell::new(None);
     let validate = |candidate: &Path| {
-        plugins::check_required_plugins(candidate, &request.required_plugins)?;
-        *reported.borrow_mut() = Some(plugins::binary_version(candidate)?);
+        let plugins = plugins::check_required_plugins(candidate, &request.required_plugins)?;
+        *reported.borrow_mut() = Some((plugins, plugins::binary_version(candidate)?));
         Ok(())
     };
     let mut installed = fetch_verify_install(&COREDNS, &resolved, &install_path(rootfs), fetcher, &validate)?;
-    if let Some(version) = reported.into_inner() {
-        if version != installed.version {
-            tracing::warn!(expected = %installed.version, reported = %version, "CoreDNS reports another version");
-        }
-        installed.version = version;
+    let (plugins, version) = reported
+        .into_inner()
+        .expect("the candidate was checked before it was installed");
+    if version != installed.version {
+        tracing::warn!(expected = %installed.version, reported = %version, "CoreDNS reports another version");
     }
-    Ok(installed)
+    installed.version = version;
+    let record = InstallRecord {
+        source_sha256: installed.source_sha256.clone(),
+        sha256: installed.sha256.clone(),
+        version: installed.version.clone(),
+        plugins: plugins.into_iter().collect(),
+    }
+    .write(rootfs)?;
+    Ok(CoreDnsInstall {
+        installed,
+        changed: true,
+        record,
+    })
+}
+
+/// The install already there, when its record covers the request and the binary is the one
+/// recorded.
+fn kept(
+    request: &Request,
+    rootfs: &Path,
+    resolved: &Resolved,
+    source_sha256: &str,
+) -> Option<CoreDnsInstall> {
+    let (record, bytes) = InstallRecord::read(rootfs)?;
+    let binary = install_path(rootfs);
+    if !record.covers(source_sha256, &request.required_plugins) || !record.matches_binary(&binary) {
+        return None;
+    }
+    Some(CoreDnsInstall {
+        installed: Installed {
+            name: COREDNS.name.to_string(),
+            path: binary,
+            version: record.version,
+            sha256: record.sha256,
+            source: resolved.location.to_string(),
+            source_sha256: record.source_sha256,
+            bundle: resolved.bundle.clone(),
+        },
+        changed: false,
+        record: bytes,
+    })
 }
 
 /// Refuses to install when a directory on the way (`usr`, `usr/local`,
@@ -137,6 +202,21 @@ mod tests {
         };
         let err = install(&request, rootfs.path(), &Fetcher::new(FetchOptions::default())).unwrap_err();
         assert!(err.to_string().contains("usr/local is a symbolic link"), "{err}");
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn a_symlinked_directory_on_the_way_to_the_install_record_is_refused() {
+        let rootfs = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(rootfs.path().join("var")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), rootfs.path().join("var/lib")).unwrap();
+        let request = Request {
+            offline_source: Some("/nonexistent".into()),
+            ..Request::default()
+        };
+        let err = install(&request, rootfs.path(), &Fetcher::new(FetchOptions::default())).unwrap_err();
+        assert!(err.to_string().contains("var/lib is a symbolic link"), "{err}");
         assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
     }
 

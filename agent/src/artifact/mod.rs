@@ -12,6 +12,7 @@
 pub mod archive;
 pub mod checksum;
 pub mod coredns;
+pub mod coredns_record;
 mod error;
 pub mod fetch;
 pub mod install;

@@ -66,8 +66,9 @@ fn run_candidate(binary: &Path, arg: &str) -> Result<String, ArtifactError> {
     }
 }
 
-/// Runs `<binary> -plugins` and fails on the first required plugin it lacks.
-pub fn check_required_plugins(binary: &Path, required: &[String]) -> Result<(), ArtifactError> {
+/// Runs `<binary> -plugins` and fails on the first required plugin it lacks; returns every plugin
+/// it listed.
+pub fn check_required_plugins(binary: &Path, required: &[String]) -> Result<BTreeSet<String>, ArtifactError> {
     let output = run_candidate(binary, "-plugins")?;
     let listed = parse_plugin_list(&output);
     if listed.is_empty() {
@@ -80,7 +81,7 @@ pub fn check_required_plugins(binary: &Path, required: &[String]) -> Result<(), 
         Some(plugin) => Err(ArtifactError::MissingPlugin {
             plugin: plugin.clone(),
         }),
-        None => Ok(()),
+        None => Ok(listed),
     }
 }
 

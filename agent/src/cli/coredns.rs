@@ -10,7 +10,8 @@ use agent::artifact::{self, FetchOptions, Fetcher};
 
 #[derive(clap::Subcommand)]
 pub enum Command {
-    /// Install CoreDNS into a machine rootfs (`<ROOTFS>/usr/local/bin/coredns`).
+    /// Install CoreDNS into a machine rootfs (`<ROOTFS>/usr/local/bin/coredns`); keeps the binary
+    /// there when its install record shows it is the same one (first line `kept <path>`).
     Install(InstallArgs),
 }
 
@@ -37,9 +38,11 @@ fn install(args: InstallArgs) -> anyhow::Result<ExitCode> {
         .map_err(|problems| anyhow::anyhow!("config {}:\n{problems}", args.config.display()))?;
     let request = artifact::coredns::Request::from_raw(&config);
     let fetcher = Fetcher::new(FetchOptions::default());
-    let installed = artifact::coredns::install(&request, &args.rootfs, &fetcher)
+    let done = artifact::coredns::install(&request, &args.rootfs, &fetcher)
         .with_context(|| format!("installing CoreDNS into {}", args.rootfs.display()))?;
-    println!("installed {}", installed.path.display());
+    let installed = &done.installed;
+    let verb = if done.changed { "installed" } else { "kept" };
+    println!("{verb} {}", installed.path.display());
     println!("version {}", installed.version);
     println!("sha256 {}", installed.sha256);
     println!("source {}", installed.source);

@@ -82,7 +82,7 @@ pub struct Populated {
     pub images: Vec<ImageArchive>,
     /// Whether a host unit file changed (systemd must reload).
     pub host_units_changed: bool,
-    /// kubelet, kubectl and, with LocalDNS, CoreDNS and the supervisor.
+    /// kubelet, kubectl and, with LocalDNS, CoreDNS (and its install record) and the supervisor.
     pub binaries: Vec<InstalledBinary>,
 }
 
@@ -265,13 +265,23 @@ pub fn populate(
         binaries.push(installed);
     }
     if config.local_dns.is_some() {
-        let installed =
+        let coredns =
             coredns::install(&config.coredns_request(), rootfs, fetcher).map_err(artifact("CoreDNS"))?;
-        p.line(&format!("installed CoreDNS {} in the machine", installed.version));
+        if coredns.changed {
+            p.line(&format!(
+                "installed CoreDNS {} in the machine",
+                coredns.installed.version
+            ));
+        }
         binaries.push(InstalledBinary {
             path: crate::paths::COREDNS_BINARY.to_owned(),
-            sha256: installed.sha256,
-            changed: true,
+            sha256: coredns.installed.sha256,
+            changed: coredns.changed,
+        });
+        binaries.push(InstalledBinary {
+            path: crate::paths::COREDNS_INSTALL_RECORD.to_owned(),
+            sha256: checksum::sha256_bytes(&coredns.record),
+            changed: coredns.changed,
         });
         let supervisor = install_supervisor(rootfs)?;
         if supervisor.changed {

@@ -6,7 +6,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use agent::artifact::coredns::{self, Request};
+use agent::artifact::coredns::{self, CoreDnsInstall, Request};
+use agent::artifact::coredns_record::{InstallRecord, record_path};
 use agent::artifact::plugins::required_plugins;
 use agent::artifact::{ArtifactError, FetchOptions, Fetcher, Installed};
 use agent::config::DownloadSource;
@@ -87,7 +88,17 @@ impl Rootfs {
     }
 
     pub fn install(&self, request: &Request) -> Result<Installed, ArtifactError> {
+        self.install_or_keep(request).map(|done| done.installed)
+    }
+
+    /// The install with whether it wrote the binary and the install record it left.
+    pub fn install_or_keep(&self, request: &Request) -> Result<CoreDnsInstall, ArtifactError> {
         coredns::install(request, self.path(), &fetcher())
+    }
+
+    /// The install record as it is on disk.
+    pub fn record(&self) -> Option<InstallRecord> {
+        InstallRecord::read(self.path()).map(|(record, _)| record)
     }
 
     /// The install directory holds only `coredns`, still the old one, mode 0755: nothing changed.
@@ -105,6 +116,10 @@ impl Rootfs {
         );
         let mode = fs::metadata(self.binary()).unwrap().permissions().mode() & 0o7777;
         assert_eq!(mode, 0o755);
+        assert!(
+            !record_path(self.path()).exists(),
+            "a refused install wrote an install record"
+        );
     }
 
     /// The real binary was installed: same bytes as the artifact's, 0755, alone in its directory.

@@ -158,6 +158,109 @@ fn offline_bundle_installs_and_never_touches_the_network() {
     assert_eq!(server.total(), 0, "an offline install made HTTP requests");
 }
 
+// ---- an install already there ------------------------------------------------------------
+
+fn inode(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    fs::metadata(path).unwrap().ino()
+}
+
+#[test]
+fn the_same_source_again_keeps_the_binary_and_fetches_only_its_sidecar() {
+    let a = artifact();
+    let server = serve_dir(a.release_root.clone());
+    let request = online(None, Some(server.url("/")));
+    let rootfs = Rootfs::with_existing_binary();
+    let first = rootfs.install_or_keep(&request).unwrap();
+    assert!(first.changed);
+    rootfs.assert_installed(&first.installed, &a);
+    let record = rootfs.record().expect("an install leaves its record");
+    assert_eq!(record.sha256, a.binary_sha256);
+    assert_eq!(record.source_sha256, a.tarball_sha256);
+    assert_eq!(record.version, a.version);
+    for plugin in required_plugins(&["health".into(), "hosts".into()]) {
+        assert!(
+            record.plugins.contains(&plugin),
+            "{plugin} not recorded: {record:?}"
+        );
+    }
+    let written = inode(&rootfs.binary());
+
+    let again = rootfs.install_or_keep(&request).unwrap();
+    assert!(!again.changed, "the same install was done again");
+    assert_eq!(again.installed, first.installed);
+    assert_eq!(again.record, first.record);
+    assert_eq!(inode(&rootfs.binary()), written, "the binary was replaced");
+    assert_eq!(
+        server.count(&tarball_path(&a.version)),
+        1,
+        "the tarball was fetched again"
+    );
+    assert_eq!(server.count(&format!("{}.sha256", tarball_path(&a.version))), 2);
+
+    // More plugins required, all of them listed when it was installed: still kept.
+    let mut more = request.clone();
+    more.required_plugins = required_plugins(&["hosts".into()]);
+    assert!(!rootfs.install_or_keep(&more).unwrap().changed);
+    assert_eq!(server.count(&tarball_path(&a.version)), 1);
+}
+
+#[test]
+fn the_binary_is_installed_again_when_it_was_changed_or_the_source_is_another() {
+    let a = artifact();
+    let server = serve_dir(a.release_root.clone());
+    let request = online(None, Some(server.url("/")));
+    let rootfs = Rootfs::empty();
+    assert!(rootfs.install_or_keep(&request).unwrap().changed);
+
+    // Someone changed the binary: the record no longer names it.
+    fs::write(rootfs.binary(), fixtures::OLD_BINARY).unwrap();
+    let done = rootfs.install_or_keep(&request).unwrap();
+    assert!(done.changed);
+    rootfs.assert_installed(&done.installed, &a);
+    assert_eq!(server.count(&tarball_path(&a.version)), 2);
+
+    // The same binary in another tarball (another digest): fetched and installed from it.
+    let work = tempfile::tempdir().unwrap();
+    let binary = fs::read(&a.binary).unwrap();
+    let repacked = crafted_tarball(
+        work.path(),
+        "coredns.tgz",
+        &[("coredns", EntryType::Regular, binary.as_slice())],
+    );
+    let repacked_sha256 = agent::artifact::checksum::sha256_file(&repacked).unwrap();
+    assert_ne!(repacked_sha256, a.tarball_sha256);
+    let done = rootfs
+        .install_or_keep(&online(Some(repacked.display().to_string()), None))
+        .unwrap();
+    assert!(done.changed);
+    rootfs.assert_installed(&done.installed, &a);
+    assert_eq!(rootfs.record().unwrap().source_sha256, repacked_sha256);
+}
+
+#[test]
+fn a_plugin_the_kept_binary_lacks_is_refused_and_changes_nothing() {
+    let a = artifact();
+    let rootfs = Rootfs::empty();
+    let mut request = online(Some(a.tarball.display().to_string()), None);
+    rootfs.install_or_keep(&request).unwrap();
+    let record = fs::read(agent::artifact::coredns_record::record_path(rootfs.path())).unwrap();
+    let written = inode(&rootfs.binary());
+    request.required_plugins = required_plugins(&["alternate".into()]);
+    let err = rootfs.install_or_keep(&request).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "CoreDNS binary is missing required plugin \"alternate\""
+    );
+    assert_eq!(inode(&rootfs.binary()), written, "the binary was replaced");
+    assert_eq!(
+        fs::read(agent::artifact::coredns_record::record_path(rootfs.path())).unwrap(),
+        record
+    );
+    let names: Vec<_> = fs::read_dir(rootfs.binary().parent().unwrap()).unwrap().collect();
+    assert_eq!(names.len(), 1, "temporary files left beside the binary");
+}
+
 // ---- refusals: message, and nothing changed ----------------------------------------------
 
 /// Serves the real release directory, with `overrides` taking precedence.

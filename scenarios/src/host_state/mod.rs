@@ -70,6 +70,7 @@ pub fn machine_files(machine: &str) -> Vec<String> {
         KUBELET_DROP_IN,
         LOCALDNS_DIR,
         COREDNS_BINARY,
+        COREDNS_INSTALL_RECORD,
         SUPERVISOR_BINARY,
     ]
     .iter()
