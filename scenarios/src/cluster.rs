@@ -14,7 +14,8 @@ pub use harness::deploy::ready::{describe_conditions, node_is_ready, wait_node_r
 use kube::api::{Api, DeleteParams, LogParams, PostParams};
 
 /// How often the API server is asked again.
-const POLL: Duration = Duration::from_secs(2);
+/// How often the API server is asked again (it runs on this host: a question costs the VMs nothing).
+pub const API_POLL: Duration = Duration::from_millis(500);
 
 /// What a scenario pod is: an ordinary pod on the pod network (not `hostNetwork`), pinned to
 /// `node` by `nodeName`, running `command` in `image` (`imagePullPolicy: Never`), once.
@@ -118,7 +119,7 @@ pub async fn run_pod(
         match pods.create(&PostParams::default(), pod).await {
             Ok(_) => break,
             Err(err) if started.elapsed() < timeout && is_retryable_create_error(&err) => {
-                tokio::time::sleep(POLL).await
+                tokio::time::sleep(API_POLL).await
             }
             Err(err) => return Err(err).with_context(|| format!("creating pod {namespace}/{name}")),
         }
@@ -160,7 +161,7 @@ pub async fn run_pod(
                 started.elapsed()
             );
         }
-        tokio::time::sleep(POLL).await;
+        tokio::time::sleep(API_POLL).await;
     }
 }
 

@@ -156,7 +156,7 @@ pub fn wait_new_boot_id(node: &JoinedNode, old: &str) -> anyhow::Result<String> 
             Instant::now() < deadline,
             "the Node's bootID stayed {old:?} after the reboot"
         );
-        std::thread::sleep(std::time::Duration::from_secs(2));
+        std::thread::sleep(crate::cluster::API_POLL);
     }
 }
 
@@ -184,7 +184,7 @@ pub fn start_sleeper(node: &JoinedNode, machine: &str, name: &str) -> anyhow::Re
             return Ok(id);
         }
         ensure!(Instant::now() < deadline, "pod {name} did not start running");
-        std::thread::sleep(std::time::Duration::from_secs(2));
+        std::thread::sleep(crate::cluster::API_POLL);
     }
 }
 

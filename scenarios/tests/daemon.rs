@@ -265,7 +265,7 @@ fn run_operation(
             started.elapsed() < deadline,
             "MachineOperation {name} did not complete in {deadline:?}; last status {last:?}"
         );
-        std::thread::sleep(Duration::from_secs(2));
+        std::thread::sleep(scenarios::cluster::API_POLL);
     }
 }
 
@@ -440,7 +440,7 @@ fn deleting_the_node_repaves_it_to_the_other_slot(
                 node.deadline(10)
             ),
         }
-        std::thread::sleep(Duration::from_secs(5));
+        std::thread::sleep(scenarios::cluster::API_POLL);
     }
     node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
     let to = node.machine()?;

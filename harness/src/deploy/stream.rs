@@ -8,8 +8,11 @@ use std::time::{Duration, Instant};
 use crate::vm::qga::{QgaError, Session};
 use crate::vm::{GuestOutput, Vm, VmError};
 
-/// How often the file is read again.
-const POLL: Duration = Duration::from_secs(2);
+/// How often the command's status is asked (one guest agent call: the command's end is seen at
+/// most this late).
+const STATUS_EVERY: Duration = Duration::from_millis(500);
+/// How often the file is read again (three guest agent calls: open, read, close).
+const READ_EVERY: Duration = Duration::from_secs(2);
 
 /// The lines of a growing file, from the bytes appended to it.
 #[derive(Debug, Default)]
@@ -56,6 +59,7 @@ pub fn run_showing(
     let started = Instant::now();
     let pid = session.spawn(argv, None, true).map_err(agent_err)?;
     let mut tail = LineTail::default();
+    let mut read_at = started;
     loop {
         if let Some(out) = session.exec_status(pid).map_err(agent_err)? {
             show_new_lines(vm, &mut session, &mut tail, file, show)?;
@@ -72,8 +76,11 @@ pub fn run_showing(
                 waited,
             }));
         }
-        show_new_lines(vm, &mut session, &mut tail, file, show)?;
-        std::thread::sleep(POLL.min(timeout.saturating_sub(started.elapsed())));
+        if read_at.elapsed() >= READ_EVERY {
+            show_new_lines(vm, &mut session, &mut tail, file, show)?;
+            read_at = Instant::now();
+        }
+        std::thread::sleep(STATUS_EVERY.min(timeout.saturating_sub(started.elapsed())));
     }
 }
 
