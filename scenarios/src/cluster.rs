@@ -13,7 +13,6 @@ use kube::Client;
 pub use harness::deploy::ready::{describe_conditions, node_is_ready, wait_node_ready};
 use kube::api::{Api, DeleteParams, LogParams, PostParams};
 
-/// How often the API server is asked again.
 /// How often the API server is asked again (it runs on this host: a question costs the VMs nothing).
 pub const API_POLL: Duration = Duration::from_millis(500);
 
@@ -104,6 +103,10 @@ pub fn describe_pod(pod: &Pod) -> String {
 /// Creates `pod` in `namespace` (retrying while the namespace's default ServiceAccount does
 /// not exist yet), waits for it to succeed and returns it with its log (`kubectl logs`
 /// through the API server). A failed pod is an error with its state and log.
+///
+/// The pod has run once every container has terminated ([`containers_outcome`]): the kubelet
+/// reports the phase `Succeeded` only after it has also stopped the sandbox and torn down its
+/// network, 5–6 s later under TCG, which nothing here needs to wait for.
 pub async fn run_pod(
     client: &Client,
     namespace: &str,
@@ -135,15 +138,8 @@ pub async fn run_pod(
             .as_ref()
             .and_then(|s| s.phase.clone())
             .unwrap_or_default();
-        match phase.as_str() {
-            "Succeeded" => {
-                let log = pods
-                    .logs(&name, &LogParams::default())
-                    .await
-                    .with_context(|| format!("reading the log of pod {namespace}/{name} (kubectl logs)"))?;
-                return Ok(FinishedPod { pod: current, log });
-            }
-            "Failed" => {
+        match (phase.as_str(), containers_outcome(&current)) {
+            ("Failed", _) | (_, Some(false)) => {
                 let log = pods
                     .logs(&name, &LogParams::default())
                     .await
@@ -152,6 +148,13 @@ pub async fn run_pod(
                     "pod {namespace}/{name} failed: {}\n--- log ---\n{log}",
                     describe_pod(&current)
                 );
+            }
+            ("Succeeded", _) | (_, Some(true)) => {
+                let log = pods
+                    .logs(&name, &LogParams::default())
+                    .await
+                    .with_context(|| format!("reading the log of pod {namespace}/{name} (kubectl logs)"))?;
+                return Ok(FinishedPod { pod: current, log });
             }
             _ => last = describe_pod(&current),
         }
@@ -163,6 +166,22 @@ pub async fn run_pod(
         }
         tokio::time::sleep(API_POLL).await;
     }
+}
+
+/// Whether every container of `pod` has terminated, and then whether all of them exited 0:
+/// `None` while one has not (or the kubelet has not reported them all yet).
+pub fn containers_outcome(pod: &Pod) -> Option<bool> {
+    let wanted = pod.spec.as_ref().map_or(0, |s| s.containers.len());
+    let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
+    if wanted == 0 || statuses.len() != wanted {
+        return None;
+    }
+    let mut all_zero = true;
+    for status in statuses {
+        let terminated = status.state.as_ref()?.terminated.as_ref()?;
+        all_zero &= terminated.exit_code == 0;
+    }
+    Some(all_zero)
 }
 
 /// Pod creation errors that go away by themselves right after the cluster starts.
@@ -179,6 +198,65 @@ fn is_retryable_create_error(err: &kube::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::{
+        ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStatus, PodStatus,
+    };
+
+    fn with_states(containers: usize, states: Vec<ContainerState>) -> Pod {
+        let mut pod = test_pod("p", "n", "i", &["true"]);
+        let spec = pod.spec.as_mut().unwrap();
+        spec.containers = vec![spec.containers[0].clone(); containers];
+        pod.status = Some(PodStatus {
+            phase: Some("Running".into()),
+            container_statuses: Some(
+                states
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, state)| ContainerStatus {
+                        name: format!("c{i}"),
+                        state: Some(state),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+            ..Default::default()
+        });
+        pod
+    }
+
+    fn exited(code: i32) -> ContainerState {
+        ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: code,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn running() -> ContainerState {
+        ContainerState {
+            running: Some(ContainerStateRunning::default()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_pod_has_run_once_every_container_has_terminated() {
+        assert_eq!(containers_outcome(&with_states(1, vec![exited(0)])), Some(true));
+        assert_eq!(
+            containers_outcome(&with_states(2, vec![exited(0), exited(3)])),
+            Some(false)
+        );
+        assert_eq!(
+            containers_outcome(&with_states(2, vec![exited(0), running()])),
+            None
+        );
+        // The kubelet has reported one of two containers so far.
+        assert_eq!(containers_outcome(&with_states(2, vec![exited(0)])), None);
+        assert_eq!(containers_outcome(&test_pod("p", "n", "i", &["true"])), None);
+    }
+
     #[test]
     fn the_test_pod_is_pinned_ordinary_and_never_pulls() {
         let pod = test_pod(
