@@ -246,7 +246,6 @@ fn a_default_pod_resolves_a_lab_name_through_the_node_listener_asked_upstream_on
     Ok(())
 }
 
-/// Fails unless `out` names `server` on its `Server:` line and has no error lines.
 /// Restarts the machine as an operator would, `machinectl reboot <m>` (its init reboots, nspawn
 /// exits 133 and `systemd-nspawn@<m>.service` starts it again), and waits until a new leader
 /// runs with `localdns.service` active.
