@@ -169,9 +169,14 @@ pub async fn run_pod(
 }
 
 /// Whether every container of `pod` has terminated, and then whether all of them exited 0:
-/// `None` while one has not (or the kubelet has not reported them all yet).
+/// `None` while one has not (or the kubelet has not reported them all yet), and always for a pod
+/// whose `restartPolicy` is not `Never` (a terminated container of it may yet be restarted).
 pub fn containers_outcome(pod: &Pod) -> Option<bool> {
-    let wanted = pod.spec.as_ref().map_or(0, |s| s.containers.len());
+    let spec = pod.spec.as_ref()?;
+    if spec.restart_policy.as_deref() != Some("Never") {
+        return None;
+    }
+    let wanted = spec.containers.len();
     let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
     if wanted == 0 || statuses.len() != wanted {
         return None;
