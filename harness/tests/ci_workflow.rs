@@ -1,8 +1,7 @@
 //! The PR CI workflow cannot run here, so these tests check it: `actionlint` accepts it, its jobs
 //! run the README's test command (`scripts/test.sh`, which `.ci/run` runs whole) in its stages —
-//! lint once, archive once, the archive's tests over a matrix of partitions plus one job for the
-//! opt-in lifecycle scenarios — and it uploads the
-//! JUnit report always and the lab's evidence on failure.
+//! lint once, archive once, the archive's tests (the lifecycle scenarios among them) over a matrix
+//! of partitions — and it uploads the JUnit report always and the lab's evidence on failure.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -22,6 +21,19 @@ fn repo_root() -> PathBuf {
 fn read(relative: &str) -> String {
     let path = repo_root().join(relative);
     std::fs::read_to_string(&path).unwrap_or_else(|err| panic!("reading {}: {err}", path.display()))
+}
+
+/// `.config/nextest.toml`, parsed.
+fn nextest_config() -> toml::Table {
+    toml::from_str(&read(".config/nextest.toml")).expect(".config/nextest.toml is TOML")
+}
+
+/// The `default-filter` of a profile in `.config/nextest.toml`.
+fn nextest_default_filter(profile: &str) -> String {
+    nextest_config()["profile"][profile]["default-filter"]
+        .as_str()
+        .unwrap_or_else(|| panic!(".config/nextest.toml: [profile.{profile}] has no default-filter"))
+        .to_owned()
 }
 
 fn workflow() -> Value {
@@ -147,46 +159,31 @@ fn the_workflow_runs_the_readme_test_command_in_its_three_stages() {
     assert!(run_line.ends_with("${{ matrix.args }}"), "{run_line}");
     let jobs = workflow()["jobs"].clone();
     let run_job = &jobs[run[0].0.as_str()];
-    // Its matrix: every partition of the default run, and one job for the lifecycle scenarios.
+    // Its matrix: every partition of the default run, and nothing else.
     let args: Vec<String> = run_job["strategy"]["matrix"]["include"]
         .as_sequence()
         .unwrap_or_else(|| panic!("the run stage's job has no matrix `include`: {run_job:?}"))
         .iter()
         .map(|entry| entry["args"].as_str().unwrap_or_default().to_owned())
         .collect();
-    let partitions: Vec<&String> = args
-        .iter()
-        .filter(|a| a.starts_with("--partition count:"))
-        .collect();
-    let count = partitions.len();
+    let count = args.len();
     assert!(count >= 2, "the default run in partitions: {args:?}");
     for k in 1..=count {
         assert!(
-            partitions
-                .iter()
-                .any(|a| **a == format!("--partition count:{k}/{count}")),
-            "partition {k}/{count} missing: {args:?}"
+            args.iter()
+                .any(|a| *a == format!("--partition count:{k}/{count}")),
+            "partition {k}/{count} missing, or a job that is not a partition: {args:?}"
         );
     }
-    let lifecycle: Vec<&String> = args.iter().filter(|a| a.contains("binary(lifecycle)")).collect();
-    assert_eq!(
-        lifecycle.len(),
-        1,
-        "one job for the lifecycle scenarios: {args:?}"
-    );
-    // The same tests as `--profile lifecycle` runs locally.
-    let nextest = read(".config/nextest.toml");
-    let profile_filter = nextest
-        .split("[profile.lifecycle]")
-        .nth(1)
-        .and_then(|section| section.lines().find_map(|l| l.strip_prefix("default-filter = ")))
-        .map(|f| f.trim().trim_matches('"'))
-        .expect(".config/nextest.toml: [profile.lifecycle] has a default-filter");
-    assert_eq!(
-        lifecycle[0].as_str(),
-        format!("--ignore-default-filter -E '{profile_filter}'"),
-        "the lifecycle job runs what `--profile lifecycle` runs"
-    );
+    // The default run (what `.ci/run` runs, and so each partition) holds the node's life: only
+    // the guest tests (run inside a lab VM) and the opt-in faults scenario are left out.
+    let default_filter = nextest_default_filter("default");
+    for binary in ["lifecycle", "daemon", "manual_bootstrap"] {
+        assert!(
+            !default_filter.contains(&format!("binary({binary})")),
+            "the default run leaves out the {binary} scenarios: {default_filter}"
+        );
+    }
     let needs = &run_job["needs"];
     let archive_job = Value::String(archive[0].0.clone());
     assert!(
@@ -256,8 +253,7 @@ fn the_workflow_runs_no_cargo_line_of_its_own_and_the_script_lints() {
 
 /// Where nextest writes the `ci` profile's JUnit report, from `.config/nextest.toml`.
 fn junit_path() -> String {
-    let config: toml::Table =
-        toml::from_str(&read(".config/nextest.toml")).expect(".config/nextest.toml is TOML");
+    let config = nextest_config();
     let store = config["store"]["dir"]
         .as_str()
         .expect("store.dir in .config/nextest.toml");
