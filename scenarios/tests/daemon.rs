@@ -9,9 +9,8 @@
 //! MachineOperation removes the agent from the host, the daemon last.
 //!
 //! After the reset the host is compared with the listing taken before the deploy (the one the
-//! node's checkpoint holds, or taken here when it joins for real). Opt-in like the lifecycle
-//! scenarios:
-//! `cargo nextest run -p scenarios --profile lifecycle` (docs/perf.md).
+//! node's checkpoint holds, or taken here when it joins for real). In the default run; with the
+//! lifecycle scenarios alone: `cargo nextest run -p scenarios --profile lifecycle` (docs/perf.md).
 
 use std::time::{Duration, Instant};
 

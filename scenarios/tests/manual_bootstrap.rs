@@ -6,8 +6,8 @@
 //! cluster listener) and the agent daemon running (`--daemon`).
 //!
 //! The lab's artifact sources (machine image, container images, downloads, pod CIDR) are not in a
-//! Machine; they come through `--base-config`. One real join; opt-in with the lifecycle scenarios
-//! (`cargo nextest run -p scenarios --profile lifecycle`).
+//! Machine; they come through `--base-config`. One real join; in the default run, and with the
+//! lifecycle scenarios (`cargo nextest run -p scenarios --profile lifecycle`).
 
 use std::time::Instant;
 
