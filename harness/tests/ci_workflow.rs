@@ -1,6 +1,6 @@
 //! The PR CI workflow cannot run here, so these tests check it: `actionlint` accepts it, its jobs
 //! run the README's test command (`scripts/test.sh`, which `.ci/run` runs whole) in its stages —
-//! lint once, archive once, the archive's tests (the lifecycle scenarios among them) over a matrix
+//! lint once, archive once, the archive's tests (the lifecycle and faults scenarios among them) over a matrix
 //! of partitions — and it uploads the JUnit report always and the lab's evidence on failure.
 
 use std::path::{Path, PathBuf};
@@ -175,10 +175,10 @@ fn the_workflow_runs_the_readme_test_command_in_its_three_stages() {
             "partition {k}/{count} missing, or a job that is not a partition: {args:?}"
         );
     }
-    // The default run (what `.ci/run` runs, and so each partition) holds the node's life: only
-    // the guest tests (run inside a lab VM) and the opt-in faults scenario are left out.
+    // The default run (what `.ci/run` runs, and so each partition) holds the node's life and its
+    // faults: only the guest tests (run inside a lab VM) are left out.
     let default_filter = nextest_default_filter("default");
-    for binary in ["lifecycle", "daemon", "manual_bootstrap"] {
+    for binary in ["lifecycle", "daemon", "manual_bootstrap", "faults"] {
         assert!(
             !default_filter.contains(&format!("binary({binary})")),
             "the default run leaves out the {binary} scenarios: {default_filter}"
