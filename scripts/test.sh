@@ -7,10 +7,10 @@
 #   scripts/test.sh --stage archive FILE       setup, build, images, then every test built once
 #                                              into a nextest archive FILE
 #   scripts/test.sh --stage run FILE [ARGS...] setup, images, then the tests of archive FILE
-#                                              (e.g. --partition count:1/3), no compiling
+#                                              (e.g. -E 'binary(faults)'), no compiling
 #
 # PR CI (.github/workflows/ci.yml) runs the stages as separate jobs: lint once, archive once, and
-# the run stage across a matrix of partitions.
+# the run stage across a matrix of jobs, each a filterset of the default run.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$REPO_ROOT"

@@ -1,7 +1,8 @@
 //! The PR CI workflow cannot run here, so these tests check it: `actionlint` accepts it, its jobs
 //! run the README's test command (`scripts/test.sh`, which `.ci/run` runs whole) in its stages —
 //! lint once, archive once, the archive's tests (the lifecycle and faults scenarios among them) over a matrix
-//! of partitions — and it uploads the JUnit report always and the lab's evidence on failure.
+//! of jobs that split the default run between them — and it uploads the JUnit report always and
+//! the lab's evidence on failure.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -144,7 +145,7 @@ fn the_workflow_runs_the_readme_test_command_in_its_three_stages() {
     );
     let (lint, archive, run) = (with_stage("lint"), with_stage("archive"), with_stage("run"));
     assert_eq!((lint.len(), archive.len(), run.len()), (1, 1, 1), "{runs:?}");
-    // The run stage takes the archive the archive stage wrote, one partition per matrix entry.
+    // The run stage takes the archive the archive stage wrote, one share of it per matrix entry.
     let archive_file = archive[0]
         .1
         .split_whitespace()
@@ -156,27 +157,27 @@ fn the_workflow_runs_the_readme_test_command_in_its_three_stages() {
         Some(archive_file),
         "{run_line}"
     );
-    assert!(run_line.ends_with("${{ matrix.args }}"), "{run_line}");
+    // Each matrix entry's filterset (`-E`, which nextest intersects with the default filter).
+    assert!(run_line.ends_with("-E \"$FILTER\""), "{run_line}");
     let jobs = workflow()["jobs"].clone();
     let run_job = &jobs[run[0].0.as_str()];
-    // Its matrix: every partition of the default run, and nothing else.
-    let args: Vec<String> = run_job["strategy"]["matrix"]["include"]
+    let run_step = run_job["steps"]
         .as_sequence()
-        .unwrap_or_else(|| panic!("the run stage's job has no matrix `include`: {run_job:?}"))
-        .iter()
-        .map(|entry| entry["args"].as_str().unwrap_or_default().to_owned())
-        .collect();
-    let count = args.len();
-    assert!(count >= 2, "the default run in partitions: {args:?}");
-    for k in 1..=count {
-        assert!(
-            args.iter()
-                .any(|a| *a == format!("--partition count:{k}/{count}")),
-            "partition {k}/{count} missing, or a job that is not a partition: {args:?}"
-        );
-    }
-    // The default run (what `.ci/run` runs, and so each partition) holds the node's life and its
-    // faults: only the guest tests (run inside a lab VM) are left out.
+        .into_iter()
+        .flatten()
+        .find(|step| {
+            step["run"]
+                .as_str()
+                .is_some_and(|r| r.contains(run_line.as_str()))
+        })
+        .expect("the run stage's step");
+    assert_eq!(
+        run_step["env"]["FILTER"].as_str(),
+        Some("${{ matrix.filter }}"),
+        "the run stage's FILTER is not the matrix entry's filter: {run_step:?}"
+    );
+    // The default run (what `.ci/run` runs, and so the union of the jobs) holds the node's life
+    // and its faults: only the guest tests (run inside a lab VM) are left out.
     let default_filter = nextest_default_filter("default");
     for binary in ["lifecycle", "daemon", "manual_bootstrap", "faults"] {
         assert!(
@@ -248,6 +249,150 @@ fn the_workflow_runs_no_cargo_line_of_its_own_and_the_script_lints() {
             .iter()
             .any(|l| l.starts_with("cargo clippy") && l.ends_with("-- -D warnings")),
         "{TEST_COMMAND} does not run clippy with warnings denied"
+    );
+}
+
+/// The test jobs' matrix entries as (slug, filterset), in the workflow's order.
+fn test_job_filters() -> Vec<(String, String)> {
+    let (job, _) = test_command_runs()
+        .into_iter()
+        .find(|(_, line)| line.starts_with(&format!("{TEST_COMMAND} --stage run ")))
+        .expect("the run stage's step");
+    workflow()["jobs"][job.as_str()]["strategy"]["matrix"]["include"]
+        .as_sequence()
+        .unwrap_or_else(|| panic!("{WORKFLOW}: the job {job} has no matrix `include`"))
+        .iter()
+        .map(|entry| {
+            let slug = entry["slug"].as_str().unwrap_or_default().to_owned();
+            let filter = entry["filter"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{WORKFLOW}: the test job {slug:?} has no `filter`"));
+            (slug, filter.to_owned())
+        })
+        .collect()
+}
+
+/// A filterset without its whitespace, to compare two spellings of one expression.
+fn compact(filter: &str) -> String {
+    filter.split_whitespace().collect()
+}
+
+/// The arguments of each `name(...)` call in a filterset (`binary`, `test`; none nest parentheses).
+fn matcher_arguments<'a>(filter: &'a str, name: &str) -> Vec<&'a str> {
+    let opening = format!("{name}(");
+    let mut found = Vec::new();
+    let mut rest = filter;
+    while let Some(at) = rest.find(&opening) {
+        // `binary(` inside `binary_id(` or `test(` inside another word are not this matcher.
+        let word_start = at == 0 || !rest[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_');
+        let after = &rest[at + opening.len()..];
+        let end = after.find(')').expect("a matcher's closing parenthesis");
+        if word_start {
+            found.push(&after[..end]);
+        }
+        rest = &after[end..];
+    }
+    found
+}
+
+/// Every integration test source of the workspace's packages, as (stem, text).
+fn test_sources() -> Vec<(String, String)> {
+    ["agent", "harness", "scenarios"]
+        .iter()
+        .flat_map(|package| {
+            let dir = repo_root().join(package).join("tests");
+            std::fs::read_dir(&dir)
+                .unwrap_or_else(|err| panic!("reading {}: {err}", dir.display()))
+                .map(|entry| entry.expect("a directory entry").path())
+                .filter(|path| path.extension().is_some_and(|e| e == "rs"))
+                .map(|path| {
+                    let stem = path.file_stem().unwrap().to_string_lossy().into_owned();
+                    let text = std::fs::read_to_string(&path).expect("a test source");
+                    (stem, text)
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Why a `binary(...)` or `test(...)` matcher of a test job names nothing in the repository, if
+/// it does not: a renamed test or binary would otherwise move to the last job unnoticed.
+fn dangling_matcher(kind: &str, argument: &str, sources: &[(String, String)]) -> Option<String> {
+    let pattern = argument
+        .strip_prefix('/')
+        .and_then(|p| p.strip_suffix('/'))
+        .unwrap_or(argument);
+    let alternatives: Vec<&str> = pattern.split('|').collect();
+    let missing: Vec<&str> = alternatives
+        .into_iter()
+        .filter(|alternative| {
+            let prefix = alternative.strip_prefix('^');
+            let name = prefix.unwrap_or(alternative).trim_end_matches('$');
+            match kind {
+                "binary" if prefix.is_some() => !sources.iter().any(|(stem, _)| stem.starts_with(name)),
+                "binary" => !sources.iter().any(|(stem, _)| stem == name),
+                // An rstest case named after a node config file.
+                _ if name.starts_with("::") => !repo_root()
+                    .join("node-configs")
+                    .join(format!("{}.json", name[2..].replace('_', "-")))
+                    .is_file(),
+                _ => !sources
+                    .iter()
+                    .any(|(_, text)| text.contains(&format!("fn {name}"))),
+            }
+        })
+        .collect();
+    (!missing.is_empty()).then(|| format!("{kind}({argument}) matches nothing for {missing:?}"))
+}
+
+#[test]
+fn the_test_jobs_split_the_default_run_and_the_last_takes_what_the_others_leave() {
+    let jobs = test_job_filters();
+    assert!(jobs.len() >= 2, "the default run in several jobs: {jobs:?}");
+    let (last, others) = jobs.split_last().unwrap();
+    let complement = format!(
+        "not ({})",
+        others
+            .iter()
+            .map(|(_, filter)| format!("({filter})"))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    );
+    assert_eq!(
+        compact(&last.1),
+        compact(&complement),
+        "the last test job ({}) must be exactly what the others leave, so every test of the \
+         default run runs in one job:\n{}",
+        last.0,
+        complement
+    );
+    let sources = test_sources();
+    for (slug, filter) in others {
+        for kind in ["binary", "test"] {
+            for argument in matcher_arguments(filter, kind) {
+                assert_eq!(
+                    dangling_matcher(kind, argument, &sources),
+                    None,
+                    "the test job {slug:?} of {WORKFLOW}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_matcher_that_names_no_test_binary_or_node_config_is_found() {
+    let sources = vec![("lifecycle".to_owned(), "fn a_node_reboots() {}".to_owned())];
+    assert_eq!(dangling_matcher("binary", "lifecycle", &sources), None);
+    assert_eq!(dangling_matcher("binary", "/^life/", &sources), None);
+    assert_eq!(dangling_matcher("test", "/^a_node_reboots/", &sources), None);
+    assert_eq!(dangling_matcher("test", "/::localdns$/", &sources), None);
+    assert!(dangling_matcher("binary", "lifecycles", &sources).is_some());
+    assert!(dangling_matcher("test", "/^a_node_repaves/", &sources).is_some());
+    assert!(dangling_matcher("test", "/::localdns$|::no_such_config$/", &sources).is_some());
+    assert_eq!(
+        matcher_arguments("binary(a) | binary_id(x) | (test(/^b/) & test(c))", "test"),
+        vec!["/^b/", "c"]
     );
 }
 
