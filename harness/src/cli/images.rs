@@ -176,6 +176,16 @@ fn print_coredns(cache: &Cache) -> anyhow::Result<ExitCode> {
     println!("offline bundle  {}", a.offline_bundle.display());
     println!("binary          {}", a.binary.display());
     println!("binary sha256   {}", a.binary_sha256);
+    let plugins: Vec<String> = coredns::Recipe::pinned()?
+        .plugins
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    println!("plugins         {}", plugins.join(" "));
+    println!(
+        "cluster DNS     {} (kubernetes as well)",
+        a.cluster_binary.display()
+    );
     Ok(ExitCode::SUCCESS)
 }
 

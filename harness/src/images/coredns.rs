@@ -1,5 +1,6 @@
 //! The CoreDNS release artifact, built here from its published Go module at the
-//! version pinned in `images/coredns/recipe.env` and packed as upstream does.
+//! version pinned in `images/coredns/recipe.env` with the plugins it names, and packed as
+//! upstream does; beside it the lab's cluster DNS, the same CoreDNS with the `kubernetes` plugin.
 //!
 //! Layout of a built entry (`<cache>/coredns/<key>/`):
 //! * `coredns_<ver>_linux_amd64.tgz` (one member `coredns`, mode 0755, root,
@@ -8,6 +9,7 @@
 //!   at `release/` answers like `https://github.com/coredns/coredns/releases/download`;
 //! * `offline/`: an offline bundle (`manifest.json` with `versions.coredns`,
 //!   `coredns/v<ver>/bin/linux/amd64/coredns` and its `.sha256`);
+//! * `cluster/coredns-cluster`: the cluster DNS's binary (`COREDNS_CLUSTER_PLUGINS` as well);
 //! * `recipe/`: the recipe files it was built from, and `build.json`.
 
 use std::fs::{self, File};
@@ -17,9 +19,11 @@ use std::process::Command;
 use flate2::{Compression, GzBuilder};
 
 pub use super::entry::write_sidecar;
+use agent::names::PluginName;
+
 use super::entry::{read_hex_of, require_built, sidecar_of, write_json};
 use super::error::{ImageError, io_err, transfer_err};
-use super::recipe::RecipeFiles;
+use super::recipe::{RecipeEnv, RecipeFiles};
 use crate::cache::{Cache, RecipeKey};
 use crate::progress::Step;
 
@@ -33,9 +37,11 @@ const FILES: RecipeFiles = RecipeFiles {
     lowest_priority: false,
 };
 /// Bump when this file changes what a build produces (packing, layout).
-const PACK_REVISION: &str = "coredns-pack-1";
+const PACK_REVISION: &str = "coredns-pack-2";
 /// The only architecture built here.
 pub const ARCH: &str = "amd64";
+/// Where in an entry the cluster DNS's binary is.
+const CLUSTER_BINARY: &str = "cluster/coredns-cluster";
 
 /// The pinned inputs read from `images/coredns/recipe.env`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,17 +52,32 @@ pub struct Recipe {
     pub go_toolchain: String,
     /// mtime of the tarball member and the gzip header.
     pub source_date_epoch: u32,
+    /// The node's CoreDNS's plugins (`COREDNS_PLUGINS`), as `coredns -plugins` names them.
+    pub plugins: Vec<PluginName>,
+    /// What the cluster DNS's binary has as well (`COREDNS_CLUSTER_PLUGINS`).
+    pub cluster_plugins: Vec<PluginName>,
 }
 
 impl Recipe {
     /// Parses `KEY=VALUE` lines (comments and blanks ignored).
     pub fn parse(text: &str) -> Result<Recipe, ImageError> {
         let env = FILES.env_of(text);
-        Ok(Recipe {
+        let recipe = Recipe {
             version: env.version("COREDNS_VERSION", "1.15.0")?,
             go_toolchain: env.value("GO_TOOLCHAIN")?,
             source_date_epoch: env.number("SOURCE_DATE_EPOCH")?,
-        })
+            plugins: plugin_list(&env, "COREDNS_PLUGINS")?,
+            cluster_plugins: plugin_list(&env, "COREDNS_CLUSTER_PLUGINS")?,
+        };
+        if let Some(missing) = PluginName::BASELINE
+            .iter()
+            .find(|base| !recipe.plugins.iter().any(|p| p.as_str() == **base))
+        {
+            return Err(env.bad(format!(
+                "COREDNS_PLUGINS lacks {missing}, which every LocalDNS Corefile uses"
+            )));
+        }
+        Ok(recipe)
     }
 
     /// The recipe as checked in.
@@ -68,6 +89,18 @@ impl Recipe {
     pub fn tarball_name(&self) -> String {
         format!("coredns_{}_linux_{ARCH}.tgz", self.version)
     }
+}
+
+/// The comma-separated plugin names of `key`, each checked as a plugin name.
+fn plugin_list(env: &RecipeEnv<'_>, key: &str) -> Result<Vec<PluginName>, ImageError> {
+    env.value(key)?
+        .split(',')
+        .map(|name| match PluginName::normalise(name) {
+            Ok(plugin) if plugin.as_str() == name => Ok(plugin),
+            Ok(plugin) => Err(env.bad(format!("{key}: write {name:?} as {plugin}"))),
+            Err(e) => Err(env.bad(format!("{key}: {e}"))),
+        })
+        .collect()
 }
 
 /// The cache key: both recipe files and the packing revision.
@@ -94,6 +127,8 @@ pub struct CoreDnsArtifact {
     /// The binary inside the offline bundle.
     pub binary: PathBuf,
     pub binary_sha256: String,
+    /// `<dir>/cluster/coredns-cluster`: the lab's cluster DNS (the `kubernetes` plugin as well).
+    pub cluster_binary: PathBuf,
 }
 
 impl CoreDnsArtifact {
@@ -102,6 +137,15 @@ impl CoreDnsArtifact {
         let tarball = dir.join(recipe.tarball_name());
         let tarball_sidecar = sidecar_of(&tarball);
         let binary = dir.join(format!("offline/coredns/v{version}/bin/linux/{ARCH}/coredns"));
+        let cluster_binary = dir.join(CLUSTER_BINARY);
+        if !cluster_binary.is_file() {
+            return Err(ImageError::Incomplete {
+                what: "CoreDNS",
+                dir: dir.to_path_buf(),
+                missing: cluster_binary,
+                rebuild: "`harness images build` (or `harness images build coredns`)",
+            });
+        }
         Ok(CoreDnsArtifact {
             tarball_sha256: read_hex_of(&tarball_sidecar)?,
             binary_sha256: read_hex_of(&sidecar_of(&binary))?,
@@ -112,6 +156,7 @@ impl CoreDnsArtifact {
             tarball,
             tarball_sidecar,
             binary,
+            cluster_binary,
         })
     }
 }
@@ -133,14 +178,30 @@ pub fn require(cache: &Cache) -> Result<CoreDnsArtifact, ImageError> {
 
 fn build_into(recipe: &Recipe, out: &Path, log: &Path) -> Result<(), ImageError> {
     let step = Step::start(format!(
-        "building CoreDNS v{} (go install, {})",
-        recipe.version, recipe.go_toolchain
+        "building CoreDNS v{} with {} plugins and its cluster DNS build (go build, {})",
+        recipe.version,
+        recipe.plugins.len(),
+        recipe.go_toolchain
     ));
     let gobin = out.join("gobin");
     FILES.run_build_script(out, &gobin, log, &step)?;
-    step.message("packing the release tarball and the offline bundle");
+    step.message("checking both builds, packing the release tarball and the offline bundle");
     let built = gobin.join("coredns");
-    check_version(&built, &recipe.version)?;
+    let cluster = gobin.join("coredns-cluster");
+    let cluster_plugins: Vec<PluginName> = recipe
+        .plugins
+        .iter()
+        .chain(&recipe.cluster_plugins)
+        .cloned()
+        .collect();
+    for (binary, plugins) in [(&built, &recipe.plugins), (&cluster, &cluster_plugins)] {
+        check_version(binary, &recipe.version)?;
+        check_plugins(binary, plugins)?;
+    }
+    let cluster_dest = out.join(CLUSTER_BINARY);
+    let parent = cluster_dest.parent().expect("CLUSTER_BINARY is in a directory");
+    fs::create_dir_all(parent).map_err(io_err("creating", parent))?;
+    fs::rename(&cluster, &cluster_dest).map_err(transfer_err("moving", &cluster, &cluster_dest))?;
     pack(recipe, &built, out)?;
     fs::remove_dir_all(&gobin).map_err(io_err("removing", &gobin))?;
     step.finish();
@@ -158,6 +219,20 @@ fn check_version(binary: &Path, version: &str) -> Result<(), ImageError> {
         });
     }
     Ok(())
+}
+
+/// `coredns -plugins` of `binary` lists each of `plugins`.
+fn check_plugins(binary: &Path, plugins: &[PluginName]) -> Result<(), ImageError> {
+    let out = agent::exec::run_stdout(Command::new(binary).arg("-plugins"))?;
+    let listed = agent::artifact::plugins::parse_plugin_list(&out);
+    match plugins.iter().find(|p| !listed.contains(p.as_str())) {
+        None => Ok(()),
+        Some(missing) => Err(ImageError::UnexpectedOutput {
+            command: format!("{} -plugins", binary.display()),
+            printed: out,
+            expected: format!("{missing} among the plugins (images/coredns/recipe.env)"),
+        }),
+    }
 }
 
 /// Lays out the tarball, the release directory and the offline bundle.
@@ -187,6 +262,8 @@ fn pack(recipe: &Recipe, built: &Path, out: &Path) -> Result<(), ImageError> {
         &serde_json::json!({
             "module": "github.com/coredns/coredns",
             "version": version,
+            "plugins": recipe.plugins,
+            "cluster_plugins": recipe.cluster_plugins,
             "go_toolchain": recipe.go_toolchain,
             "key": key().hex(),
         }),
@@ -242,6 +319,40 @@ mod tests {
         assert!(err.to_string().contains("SOURCE_DATE_EPOCH"), "{err}");
         let err = Recipe::parse("COREDNS_VERSION=v1.15\n").unwrap_err();
         assert!(err.to_string().contains("not like 1.15.0"), "{err}");
+    }
+
+    #[test]
+    fn pinned_plugins_hold_the_baseline_and_the_cluster_build_adds_kubernetes() {
+        let recipe = Recipe::pinned().unwrap();
+        for base in PluginName::BASELINE {
+            assert!(recipe.plugins.iter().any(|p| p.as_str() == base), "{recipe:?}");
+        }
+        let cluster: Vec<&str> = recipe.cluster_plugins.iter().map(PluginName::as_str).collect();
+        assert_eq!(cluster, ["kubernetes"]);
+        assert!(
+            !recipe.plugins.iter().any(|p| p.as_str() == "kubernetes"),
+            "{recipe:?}"
+        );
+    }
+
+    #[test]
+    fn plugin_lists_without_the_baseline_or_with_a_bad_name_are_refused_naming_them() {
+        let base = "COREDNS_VERSION=1.15.0\nGO_TOOLCHAIN=go1.26.8\nSOURCE_DATE_EPOCH=1\n\
+                    COREDNS_CLUSTER_PLUGINS=kubernetes\n";
+        let all = PluginName::BASELINE.join(",");
+        Recipe::parse(&format!("{base}COREDNS_PLUGINS={all}\n")).unwrap();
+        let err =
+            Recipe::parse(&format!("{base}COREDNS_PLUGINS={}\n", all.replace("loop,", ""))).unwrap_err();
+        assert!(err.to_string().contains("COREDNS_PLUGINS lacks loop"), "{err}");
+        let err = Recipe::parse(&format!("{base}COREDNS_PLUGINS={all},Hosts\n")).unwrap_err();
+        assert!(err.to_string().contains(r#"write "Hosts" as hosts"#), "{err}");
+        let err = Recipe::parse(&format!("{base}COREDNS_PLUGINS={all}, hosts\n")).unwrap_err();
+        assert!(err.to_string().contains("COREDNS_PLUGINS"), "{err}");
+        let err = Recipe::parse(&format!("{base}COREDNS_PLUGINS={all},,hosts\n")).unwrap_err();
+        assert!(err.to_string().contains("COREDNS_PLUGINS"), "{err}");
+        let no_cluster = base.replace("COREDNS_CLUSTER_PLUGINS=kubernetes\n", "");
+        let err = Recipe::parse(&format!("{no_cluster}COREDNS_PLUGINS={all}\n")).unwrap_err();
+        assert!(err.to_string().contains("COREDNS_CLUSTER_PLUGINS"), "{err}");
     }
 
     #[test]

@@ -41,7 +41,7 @@ pub fn images() -> Result<ClusterImages, LabError> {
     let cache = Cache::open().map_err(missing)?;
     Ok(ClusterImages {
         kubernetes: kubernetes::require(&cache).map_err(missing)?,
-        coredns: coredns::require(&cache).map_err(missing)?.binary,
+        coredns: coredns::require(&cache).map_err(missing)?.cluster_binary,
     })
 }
 

@@ -46,6 +46,16 @@ fn built_artifact_is_coredns_of_the_pinned_version_with_the_dns_plugins() {
             "`coredns -plugins` does not list {plugin}:\n{plugins}"
         );
     }
+    // The node's build has the recipe's plugins, not the Kubernetes backend; the cluster DNS's has it.
+    let recipe = harness::images::coredns::Recipe::pinned().unwrap();
+    for plugin in &recipe.plugins {
+        assert!(listed.contains(plugin.as_str()), "no {plugin} in:\n{plugins}");
+    }
+    assert!(!listed.contains("kubernetes"), "{plugins}");
+    let cluster = agent::exec::run_stdout(Command::new(&a.cluster_binary).arg("-plugins")).unwrap();
+    let cluster_listed = agent::artifact::plugins::parse_plugin_list(&cluster);
+    assert!(cluster_listed.contains("kubernetes"), "{cluster}");
+    assert!(listed.is_subset(&cluster_listed), "{plugins}\nagainst\n{cluster}");
     let manifest: serde_json::Value =
         serde_json::from_str(&fs::read_to_string(a.offline_bundle.join("manifest.json")).unwrap()).unwrap();
     assert_eq!(manifest["versions"]["coredns"], a.version.as_str());
