@@ -16,11 +16,10 @@ use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use agent::names::PluginName;
 use flate2::{Compression, GzBuilder};
 
 pub use super::entry::write_sidecar;
-use agent::names::PluginName;
-
 use super::entry::{read_hex_of, require_built, sidecar_of, write_json};
 use super::error::{ImageError, io_err, transfer_err};
 use super::recipe::{RecipeEnv, RecipeFiles};
