@@ -12,6 +12,7 @@ use super::execute::Executor;
 use super::manifest::{self, Entry};
 use crate::files::under;
 use crate::hostnet;
+use crate::machine::runner::MachineRunner;
 use crate::paths;
 use crate::start::StartError;
 use crate::start::{localdns_restart, node};
@@ -61,6 +62,62 @@ pub fn touched(paths: &[PathBuf], rootfs: &Path) -> Touched {
     t
 }
 
+/// `localdns.service`, the spare's, the bridge's and the slice's unit files in the machine.
+fn is_localdns_unit_file(path: &Path, rootfs: &Path) -> bool {
+    [
+        paths::LOCALDNS_SERVICE,
+        paths::LOCALDNS_SPARE_SERVICE,
+        paths::LOCALDNS_BRIDGE_SERVICE,
+        paths::LOCALDNS_SLICE,
+    ]
+    .iter()
+    .any(|unit| {
+        path.strip_prefix(rootfs)
+            .is_ok_and(|inside| Path::new("/").join(inside) == Path::new(unit))
+    })
+}
+
+/// LocalDNS off: stops its units before their unit files are removed. With a unit's file gone and
+/// systemd reloaded, stopping it falls back to systemd's defaults: `KillMode=control-group`
+/// sent SIGTERM to both CoreDNS beside the supervisor, which then took the serving one's exit
+/// for a crash, could not start another (its binary and Corefile were gone) and failed the unit,
+/// left `not-found failed` in the machine (seen on a lab node). Stopped while their files are
+/// there, `KillMode=mixed` tells only the supervisor, which stops both CoreDNS itself.
+/// The slice outlives its service until it is stopped too. A unit already down is left alone:
+/// with its file gone `systemctl stop` would fail on it (a re-run after an interruption). The
+/// spare and the bridge are stopped by name: they do not stop with the slice. One `is-active`
+/// and one `stop` for all four (each command in the machine costs most of a second under
+/// emulation; a unit at a time took ~9 s of a ~38 s LocalDNS off); then one `reset-failed`, so
+/// a unit that failed before or while it stopped is not left listed once its file is gone.
+fn stop_localdns_units(exec: &mut Executor, runner: &MachineRunner) -> Result<(), StartError> {
+    let units = [
+        crate::supervisor::spare::UNIT,
+        "localdns.service",
+        crate::supervisor::restart_bridge::BRIDGE_UNIT,
+        "localdns.slice",
+    ];
+    let states = runner.unit_states(&units)?;
+    let up: Vec<&str> = units
+        .iter()
+        .zip(&states)
+        .filter(|(_, state)| *state != "inactive")
+        .map(|(unit, _)| *unit)
+        .collect();
+    if up.is_empty() {
+        return Ok(());
+    }
+    let mut argv = vec!["systemctl", "stop"];
+    argv.extend_from_slice(&up);
+    runner.run(&argv)?;
+    // Still loaded (their files are there), so `reset-failed` cannot miss them.
+    argv[1] = "reset-failed";
+    runner.run(&argv)?;
+    for unit in up {
+        exec.line(&format!("stopped {unit}"));
+    }
+    Ok(())
+}
+
 /// Runs the step on the executor's slot.
 pub fn run(exec: &mut Executor) -> Result<(), StartError> {
     let slot = exec.slot;
@@ -89,52 +146,41 @@ pub fn run(exec: &mut Executor) -> Result<(), StartError> {
         .unwrap_or_default();
     let stale = manifest::stale(&old, &new);
     let mut all = manifest::changed(&old, &new);
-    for path in &stale {
+    let runner = Executor::runner(slot);
+    let now_off = !now_on;
+    // LocalDNS off: its own unit files stay until its units are stopped (`stop_localdns_units`);
+    // everything else goes first, the containerd and kubelet drop-ins that require
+    // `localdns.service` among them, so that stopping it stops neither.
+    let (unit_files, first): (Vec<PathBuf>, Vec<PathBuf>) = stale
+        .iter()
+        .cloned()
+        .partition(|path| now_off && is_localdns_unit_file(path, &rootfs));
+    for path in &first {
         remove(&exec.root, &rootfs, path)?;
         exec.line(&format!("removed {}", path.display()));
     }
     all.extend(stale.iter().cloned());
     let t = touched(&all, &rootfs);
-    let runner = Executor::runner(slot);
     if t.host_units {
         node::daemon_reload()?;
     }
     if t.machine_units {
         runner.run(&["systemctl", "daemon-reload"])?;
     }
+    if now_off {
+        stop_localdns_units(exec, &runner)?;
+    }
+    for path in &unit_files {
+        remove(&exec.root, &rootfs, path)?;
+        exec.line(&format!("removed {}", path.display()));
+    }
+    if !unit_files.is_empty() {
+        runner.run(&["systemctl", "daemon-reload"])?;
+    }
     let config = &exec.config().config;
     // Off: always brought down (each part idempotent), so a re-run after an interruption whose
     // records already say "off" still converges.
-    if !now_on {
-        // The slice outlives its service (and its removed unit file) until it is stopped too. A
-        // unit already down is left alone: with its file gone `systemctl stop` would fail on it
-        // (a re-run after an interruption). The spare and the bridge are stopped by name: once
-        // their files are gone and systemd reloaded, a running unit has lost its dependency on
-        // the slice, so stopping the slice does not stop it (seen on a lab node: the spare stayed
-        // active).
-        // One `is-active` and one `stop` for all four (each command in the machine costs most
-        // of a second under emulation; a unit at a time took ~9 s of a ~38 s LocalDNS off).
-        let units = [
-            crate::supervisor::spare::UNIT,
-            "localdns.service",
-            crate::supervisor::restart_bridge::BRIDGE_UNIT,
-            "localdns.slice",
-        ];
-        let states = runner.unit_states(&units)?;
-        let up: Vec<&str> = units
-            .iter()
-            .zip(&states)
-            .filter(|(_, state)| *state != "inactive")
-            .map(|(unit, _)| *unit)
-            .collect();
-        if !up.is_empty() {
-            let mut argv = vec!["systemctl", "stop"];
-            argv.extend_from_slice(&up);
-            runner.run(&argv)?;
-            for unit in up {
-                exec.line(&format!("stopped {unit}"));
-            }
-        }
+    if now_off {
         let report = hostnet::reset(&hostnet::ResetPaths::new(&exec.root));
         for line in report.to_string().lines() {
             exec.line(line);
@@ -221,6 +267,34 @@ fn ours(dir: &Path, rootfs: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_localdns_own_unit_files_wait_for_its_units_to_stop() {
+        let rootfs = Path::new("/var/lib/machines/kube1");
+        for unit in [
+            "localdns.service",
+            "localdns-spare.service",
+            "localdns-bridge.service",
+            "localdns.slice",
+        ] {
+            assert!(
+                is_localdns_unit_file(&rootfs.join("etc/systemd/system").join(unit), rootfs),
+                "{unit}"
+            );
+        }
+        for path in [
+            "etc/systemd/system/kubelet.service.d/05-localdns.conf",
+            "etc/systemd/system/containerd.service.d/05-localdns.conf",
+            "etc/unbounded/localdns/Corefile",
+            "usr/local/bin/coredns",
+        ] {
+            assert!(!is_localdns_unit_file(&rootfs.join(path), rootfs), "{path}");
+        }
+        assert!(!is_localdns_unit_file(
+            Path::new("/etc/systemd/system/localdns.service"),
+            rootfs
+        ));
+    }
 
     #[test]
     fn removing_the_last_localdns_file_removes_its_directories_in_the_machine_and_only_those() {
