@@ -87,8 +87,8 @@ fn is_localdns_unit_file(path: &Path, rootfs: &Path) -> bool {
 /// with its file gone `systemctl stop` would fail on it (a re-run after an interruption). The
 /// spare and the bridge are stopped by name: they do not stop with the slice. One `is-active`
 /// and one `stop` for all four (each command in the machine costs most of a second under
-/// emulation; a unit at a time took ~9 s of a ~38 s LocalDNS off); then one `reset-failed`, so
-/// a unit that failed before or while it stopped is not left listed once its file is gone.
+/// emulation; a unit at a time took ~9 s of a ~38 s LocalDNS off); then one more `is-active` and
+/// a `reset-failed` of the failed ones, so none is left listed once its file is gone.
 fn stop_localdns_units(exec: &mut Executor, runner: &MachineRunner) -> Result<(), StartError> {
     let units = [
         crate::supervisor::spare::UNIT,
@@ -109,9 +109,19 @@ fn stop_localdns_units(exec: &mut Executor, runner: &MachineRunner) -> Result<()
     let mut argv = vec!["systemctl", "stop"];
     argv.extend_from_slice(&up);
     runner.run(&argv)?;
-    // Still loaded (their files are there), so `reset-failed` cannot miss them.
-    argv[1] = "reset-failed";
-    runner.run(&argv)?;
+    // A unit stopped cleanly may be unloaded at once (`reset-failed` would refuse it as not
+    // loaded); one that failed stays loaded until reset.
+    let failed: Vec<&str> = units
+        .iter()
+        .zip(runner.unit_states(&units)?)
+        .filter(|(_, state)| state == "failed")
+        .map(|(unit, _)| *unit)
+        .collect();
+    if !failed.is_empty() {
+        let mut argv = vec!["systemctl", "reset-failed"];
+        argv.extend_from_slice(&failed);
+        runner.run(&argv)?;
+    }
     for unit in up {
         exec.line(&format!("stopped {unit}"));
     }
