@@ -129,13 +129,31 @@ fn rootfs_tarball_holds_containerd_runc_and_the_cni_bridge_and_no_device_nodes()
         .collect();
     for wanted in [
         "./usr/bin/containerd",
+        "./usr/bin/containerd-shim-runc-v2",
+        "./usr/bin/ctr",
         "./usr/sbin/runc",
         "./usr/lib/cni/bridge",
+        "./usr/lib/cni/host-local",
+        "./usr/lib/cni/loopback",
+        "./usr/lib/cni/portmap",
         "./usr/lib/systemd/systemd",
     ] {
         assert!(
             members.contains(&wanted),
             "{wanted} is not in {}",
+            rootfs.tarball.display()
+        );
+    }
+    // images/rootfs/path-exclude: what a node does not run stays out.
+    for unwanted in [
+        "./usr/bin/containerd-shim",
+        "./usr/bin/containerd-shim-runc-v1",
+        "./usr/lib/cni/dhcp",
+        "./usr/lib/cni/macvlan",
+    ] {
+        assert!(
+            !members.contains(&unwanted),
+            "{unwanted} is in {} though images/rootfs/path-exclude leaves it out",
             rootfs.tarball.display()
         );
     }

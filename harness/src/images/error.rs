@@ -85,6 +85,12 @@ pub enum ImageError {
         #[source]
         source: BadPackageName,
     },
+    #[error("in {path}")]
+    PathExclude {
+        path: PathBuf,
+        #[source]
+        source: BadPathPattern,
+    },
     #[error(
         "no `go` on PATH nor at /usr/local/go/bin/go: install Go 1.21 or newer (the recipes pin their toolchain with GOTOOLCHAIN)"
     )]
@@ -157,6 +163,15 @@ pub enum ImageError {
 pub struct BadPackageName {
     pub line: usize,
     pub name: String,
+}
+
+/// A line of a recipe's `path-exclude` list that dpkg could not take as a path pattern.
+#[derive(Debug, thiserror::Error)]
+#[error("line {line}: {pattern:?} {reason}")]
+pub struct BadPathPattern {
+    pub line: usize,
+    pub pattern: String,
+    pub reason: &'static str,
 }
 
 /// [`ImageError::Io`] for `what` (`reading`, `writing`, ...) on `path`.

@@ -1,8 +1,10 @@
 //! Shared steps of the mmdebstrap recipes under `images/`: recipe key, package list, the run, the manifest.
 //!
 //! A recipe is a directory `images/<name>/` holding a `packages` list (one
-//! name a line, `#` comments) and a `customize.sh` hook that mmdebstrap runs
-//! with the new root as `$1`, plus whatever files the hook reads. The suite
+//! name a line, `#` comments), optionally a `path-exclude` list (one absolute
+//! path pattern a line, `#` comments: files dpkg leaves out of the image), and a
+//! `customize.sh` hook that mmdebstrap runs with the new root as `$1`, plus
+//! whatever files the hook reads. The suite
 //! is pinned, package versions are not: reproducible means a fixed
 //! `SOURCE_DATE_EPOCH` plus the `dpkg -l` manifest stored with each build.
 
@@ -10,7 +12,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::error::{BadPackageName, ImageError, io_err};
+use super::error::{BadPackageName, BadPathPattern, ImageError, io_err};
 use crate::cache::RecipeKey;
 use crate::progress::{Step, run_logged};
 
@@ -85,6 +87,17 @@ impl Recipe {
         Ok(packages)
     }
 
+    /// The patterns of the recipe's `path-exclude` list (none without the file): files of the
+    /// installed packages that dpkg does not unpack (`dpkg --path-exclude`).
+    pub fn path_excludes(&self) -> Result<Vec<String>, ImageError> {
+        let path = self.dir.join("path-exclude");
+        let text = match fs::read_to_string(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            read => read.map_err(io_err("reading", &path))?,
+        };
+        parse_path_excludes(&text).map_err(|source| ImageError::PathExclude { path, source })
+    }
+
     /// Runs mmdebstrap into `target` (a directory, or a file whose extension
     /// picks the format), running the recipe's `customize.sh` and writing the
     /// manifest to `manifest`. `extra` are further mmdebstrap options.
@@ -111,6 +124,11 @@ impl Recipe {
             .arg("--dpkgopt=path-exclude=/usr/share/locale/*")
             .arg("--dpkgopt=path-exclude=/usr/share/doc/*")
             .arg("--dpkgopt=path-include=/usr/share/doc/*/copyright")
+            .args(
+                self.path_excludes()?
+                    .iter()
+                    .map(|pattern| format!("--dpkgopt=path-exclude={pattern}")),
+            )
             .arg(format!("--customize-hook={} \"$1\"", shell_quote(&hook)))
             .arg(format!(
                 "--customize-hook=COLUMNS=200 dpkg-query --admindir=\"$1/var/lib/dpkg\" -l > {}",
@@ -149,6 +167,37 @@ pub fn parse_packages(text: &str) -> Result<Vec<String>, BadPackageName> {
         names.push(line.to_string());
     }
     Ok(names)
+}
+
+/// The patterns of a `path-exclude` list: one a line, `#` starts a comment; each an absolute
+/// path (dpkg matches it against the package's file names, `*` and `?` as in the shell) without
+/// white space or quotes (it travels through mmdebstrap's options to dpkg's configuration).
+pub fn parse_path_excludes(text: &str) -> Result<Vec<String>, BadPathPattern> {
+    let mut patterns = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let reason = if !line.starts_with('/') {
+            Some("is not an absolute path")
+        } else if line.chars().any(|c| c.is_whitespace() || "\"'\\".contains(c)) {
+            Some("holds white space, a quote or a backslash")
+        } else if line.split('/').any(|part| part == "..") {
+            Some("holds `..`")
+        } else {
+            None
+        };
+        if let Some(reason) = reason {
+            return Err(BadPathPattern {
+                line: n + 1,
+                pattern: line.to_string(),
+                reason,
+            });
+        }
+        patterns.push(line.to_string());
+    }
+    Ok(patterns)
 }
 
 /// The package names (second column of `ii` lines) of a `dpkg -l` manifest.
@@ -259,7 +308,46 @@ mod tests {
         for name in ["host", "rootfs"] {
             let recipe = Recipe::new(name, "1");
             assert!(recipe.packages().unwrap().contains(&"systemd".to_string()));
+            recipe.path_excludes().unwrap();
             recipe.key().unwrap();
         }
+    }
+
+    #[test]
+    fn path_exclude_list_skips_comments_and_blank_lines() {
+        let patterns = parse_path_excludes("# head\n/usr/lib/cni/dhcp\n\n  /usr/bin/x-* # old\n").unwrap();
+        assert_eq!(patterns, ["/usr/lib/cni/dhcp", "/usr/bin/x-*"]);
+    }
+
+    #[test]
+    fn path_exclude_list_rejects_what_dpkg_could_not_take_naming_the_line() {
+        for (text, line, reason) in [
+            ("/ok\nusr/lib/cni/dhcp\n", 2, "absolute"),
+            ("/usr/lib/cni/a b\n", 1, "white space"),
+            ("/usr/lib/\"cni\"\n", 1, "quote"),
+            ("/ok\n/ok2\n/usr/../etc/passwd\n", 3, ".."),
+        ] {
+            let err = parse_path_excludes(text).unwrap_err();
+            assert_eq!(err.line, line, "{text:?}: {err}");
+            assert!(err.to_string().contains(reason), "{text:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_recipe_without_a_path_exclude_list_excludes_nothing_and_a_bad_one_names_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let recipe = Recipe {
+            name: "t",
+            dir: dir.path().to_path_buf(),
+            version: "1",
+        };
+        assert!(recipe.path_excludes().unwrap().is_empty());
+        fs::write(dir.path().join("path-exclude"), "usr/lib/x\n").unwrap();
+        let err = recipe.path_excludes().unwrap_err();
+        let chain = format!("{err}: {}", std::error::Error::source(&err).unwrap());
+        assert!(
+            chain.contains("path-exclude") && chain.contains("line 1"),
+            "{chain}"
+        );
     }
 }
