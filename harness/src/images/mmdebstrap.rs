@@ -150,11 +150,7 @@ pub fn images_dir() -> PathBuf {
 /// The names of a `packages` list: one a line, `#` starts a comment.
 pub fn parse_packages(text: &str) -> Result<Vec<String>, BadPackageName> {
     let mut names = Vec::new();
-    for (n, line) in text.lines().enumerate() {
-        let line = line.split('#').next().unwrap_or("").trim();
-        if line.is_empty() {
-            continue;
-        }
+    for (n, line) in list_entries(text) {
         let valid = line
             .chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "+-.".contains(c));
@@ -174,11 +170,7 @@ pub fn parse_packages(text: &str) -> Result<Vec<String>, BadPackageName> {
 /// white space or quotes (it travels through mmdebstrap's options to dpkg's configuration).
 pub fn parse_path_excludes(text: &str) -> Result<Vec<String>, BadPathPattern> {
     let mut patterns = Vec::new();
-    for (n, line) in text.lines().enumerate() {
-        let line = line.split('#').next().unwrap_or("").trim();
-        if line.is_empty() {
-            continue;
-        }
+    for (n, line) in list_entries(text) {
         let reason = if !line.starts_with('/') {
             Some("is not an absolute path")
         } else if line.chars().any(|c| c.is_whitespace() || "\"'\\".contains(c)) {
@@ -198,6 +190,15 @@ pub fn parse_path_excludes(text: &str) -> Result<Vec<String>, BadPathPattern> {
         patterns.push(line.to_string());
     }
     Ok(patterns)
+}
+
+/// The entries of a recipe's list with their 0-based line numbers: each line without its `#`
+/// comment, trimmed, blank ones skipped.
+fn list_entries(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    text.lines()
+        .enumerate()
+        .map(|(n, line)| (n, line.split('#').next().unwrap_or("").trim()))
+        .filter(|(_, line)| !line.is_empty())
 }
 
 /// The package names (second column of `ii` lines) of a `dpkg -l` manifest.
