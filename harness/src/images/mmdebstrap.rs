@@ -167,7 +167,8 @@ pub fn parse_packages(text: &str) -> Result<Vec<String>, BadPackageName> {
 
 /// The patterns of a `path-exclude` list: one a line, `#` starts a comment; each an absolute
 /// path (dpkg matches it against the package's file names, `*` and `?` as in the shell) without
-/// white space or quotes (it travels through mmdebstrap's options to dpkg's configuration).
+/// `..`, white space, quotes or backslashes (it travels through mmdebstrap's options to dpkg's
+/// configuration).
 pub fn parse_path_excludes(text: &str) -> Result<Vec<String>, BadPathPattern> {
     let mut patterns = Vec::new();
     for (n, line) in list_entries(text) {
