@@ -7,8 +7,7 @@ use std::fmt;
 pub enum Accel {
     /// Hardware virtualisation (`-accel kvm -cpu host`).
     Kvm,
-    /// Emulation (`-accel tcg,thread=single,tb-size=256 -cpu` [`TCG_CPU`]); every deadline is
-    /// scaled up.
+    /// Emulation (`-accel tcg,thread=single,tb-size=256 -cpu max`); every deadline is scaled up.
     ///
     /// `thread=single` runs the vCPUs round-robin on one host thread. Multi-threaded TCG lets
     /// one vCPU run a stale translation of kernel text that another vCPU is patching with
@@ -17,20 +16,6 @@ pub enum Accel {
     /// two cores per host and up to two VMs at once, one thread per VM costs nothing.
     Tcg,
 }
-
-/// The guest CPU under TCG: QEMU's `max` model without the features TCG emulates slowly.
-///
-/// * `erms`: with it the guest kernel copies to and from user memory and clears pages with
-///   `rep movsb`/`rep stosb`, and glibc's `memcpy` takes `rep movsb` for large copies; TCG runs
-///   a `rep` string instruction one element (here one byte) per step.
-/// * `avx`, `avx2` (and `fma`, `f16c`, `vaes`, which need them) and `xsave`: TCG emulates the
-///   256-bit operations in helpers, slower than the SSE code the same libraries fall back to
-///   (OpenSSL's SHA-256, glibc's string functions), and each context switch saves a larger state.
-///
-/// In a lab VM a pipe moved data ~2.5 times as fast, `sha256sum` ran ~2 times as fast and a
-/// node's `start` took ~8 % less (docs/perf.md, "The guest CPU under TCG"). Every program of the
-/// lab's images targets baseline x86-64, so none needs what is left out.
-pub const TCG_CPU: &str = "max,-erms,-avx,-avx2,-fma,-f16c,-vaes,-xsave";
 
 /// What `LAB_ACCEL` may say.
 #[derive(Debug, thiserror::Error)]
@@ -85,7 +70,7 @@ impl Accel {
     pub fn qemu_args(self) -> [&'static str; 4] {
         match self {
             Accel::Kvm => ["-accel", "kvm", "-cpu", "host"],
-            Accel::Tcg => ["-accel", "tcg,thread=single,tb-size=256", "-cpu", TCG_CPU],
+            Accel::Tcg => ["-accel", "tcg,thread=single,tb-size=256", "-cpu", "max"],
         }
     }
 }
@@ -124,15 +109,10 @@ mod tests {
     }
 
     #[test]
-    fn tcg_uses_one_thread_a_bounded_translation_cache_and_max_without_erms_and_avx() {
+    fn tcg_uses_one_thread_a_bounded_translation_cache_and_cpu_max() {
         assert_eq!(
             Accel::Tcg.qemu_args(),
-            [
-                "-accel",
-                "tcg,thread=single,tb-size=256",
-                "-cpu",
-                "max,-erms,-avx,-avx2,-fma,-f16c,-vaes,-xsave"
-            ]
+            ["-accel", "tcg,thread=single,tb-size=256", "-cpu", "max"]
         );
         assert_eq!(Accel::Kvm.qemu_args(), ["-accel", "kvm", "-cpu", "host"]);
     }
