@@ -13,6 +13,7 @@
 //! `harness::evidence`), the lab's DNS and HTTP logs under `.../<test>/lab/`.
 
 pub mod cluster;
+pub mod cni_results;
 pub mod conntrack_burst;
 pub mod dns;
 pub mod host_state;

@@ -160,17 +160,45 @@ pub fn wait_new_boot_id(node: &JoinedNode, old: &str) -> anyhow::Result<String> 
     }
 }
 
+/// What kubelet does with a sleeper whose container was stopped (by a reboot of its machine or of
+/// the host): the pod's `restartPolicy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RestartPolicy {
+    /// The pod ends (`Failed`).
+    Never,
+    /// kubelet tears its sandbox down and runs it again in a new one.
+    Always,
+}
+
+impl RestartPolicy {
+    /// The value of the pod's `spec.restartPolicy`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Never => "Never",
+            Self::Always => "Always",
+        }
+    }
+}
+
 /// A pod that sleeps for an hour on the node, in `machine`; its container id tells whether it
 /// survived. Its container's scope in the machine has the agent's stop timeout
 /// ([`ensure_container_stop_is_bounded`]).
-pub fn start_sleeper(node: &JoinedNode, machine: &str, name: &str) -> anyhow::Result<String> {
+pub fn start_sleeper(
+    node: &JoinedNode,
+    machine: &str,
+    name: &str,
+    restart: RestartPolicy,
+) -> anyhow::Result<String> {
     let pods: Api<Pod> = Api::namespaced(node.client.clone(), "default");
-    let pod = test_pod(
+    let mut pod = test_pod(
         name,
         &node.deployed.name,
         &node.artifacts.test_image_ref,
         &["sleep", "3600"],
     );
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.restart_policy = Some(restart.as_str().into());
+    }
     node.block_on(async {
         let _ = pods.delete(name, &DeleteParams::default()).await;
         pods.create(&PostParams::default(), &pod).await

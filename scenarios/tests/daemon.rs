@@ -32,8 +32,8 @@ use scenarios::dns::CLUSTER_LISTENER;
 use scenarios::dns::{ResolvConf, machine_resolv_conf};
 use scenarios::host_state::{ensure_localdns_absent, ensure_localdns_present};
 use scenarios::lifecycle::{
-    HostListing, agent, ensure_sleeper_survived, node_boot_id, run_case_listing_the_host_first,
-    start_sleeper, wait_new_boot_id,
+    HostListing, RestartPolicy, agent, ensure_sleeper_survived, node_boot_id,
+    run_case_listing_the_host_first, start_sleeper, wait_new_boot_id,
 };
 use scenarios::node::JoinedNode;
 use scenarios::pod_dns::a_cluster_first_pod_resolves_the_kubernetes_service_through;
@@ -305,7 +305,7 @@ fn a_configuration_change_turns_localdns_off_and_on_through_the_daemon(
         .parse()?;
     // A running pod must survive both changes (kubelet restarts, containers do not).
     // In slot kube1 (`machine` is the Machina Machine's name; the repave to kube2 comes later).
-    let sleeper = start_sleeper(node, "kube1", "daemon-sleeper")?;
+    let sleeper = start_sleeper(node, "kube1", "daemon-sleeper", RestartPolicy::Never)?;
     for enabled in [false, true] {
         let started = Instant::now();
         set_localdns_in_the_configuration(node, enabled)?;

@@ -15,14 +15,15 @@ use std::net::{IpAddr, Ipv4Addr};
 use agent::install_state::Stage;
 use anyhow::{Context, ensure};
 use scenarios::cluster::wait_node_ready;
+use scenarios::cni_results::{empty_cni_results_of, ensure_ran_again_without_its_empty_cni_results};
 use scenarios::conntrack_burst::listener_queries_leave_no_conntrack_entries;
 use scenarios::dns::{CLUSTER_LISTENER, ResolvConf, in_machine, machine_resolv_conf};
 use scenarios::host_state::{
     ensure_localdns_absent, ensure_localdns_present, existing_paths, unit_properties,
 };
 use scenarios::lifecycle::{
-    HostListing, Killed, agent, ensure_localdns_ready_before_kubelet, ensure_sleeper_survived, kill_agent_in,
-    kill_agent_in_any_or_see_it_finish, kill_agent_in_or_see_it_finish, node_boot_id,
+    HostListing, Killed, RestartPolicy, agent, ensure_localdns_ready_before_kubelet, ensure_sleeper_survived,
+    kill_agent_in, kill_agent_in_any_or_see_it_finish, kill_agent_in_or_see_it_finish, node_boot_id,
     run_case_listing_the_host_first, start_sleeper, wait_new_boot_id,
 };
 use scenarios::listener_probe::ListenerProbe;
@@ -34,6 +35,8 @@ use scenarios::pod_dns::{
 
 const CONFIG: &str = harness::deploy::plan::GUEST_CONFIG;
 const CONFIG_OFF: &str = "/etc/unbounded/agent/config-localdns-off.json";
+/// The pod that runs through LocalDNS off and on and the host's reboot.
+const SLEEPER: &str = "lifecycle-sleeper";
 
 fn node_config() -> std::path::PathBuf {
     harness::repo::root().join("node-configs/localdns.json")
@@ -46,11 +49,12 @@ fn a_node_reboots_turns_localdns_off_and_on_in_place_and_survives_a_host_reboot(
         node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
         an_upstream_change_is_kept_by_a_restart_and_taken_by_a_managed_reboot(node)?;
         a_rebuilt_agent_restarts_localdns_and_an_unchanged_one_does_not(node)?;
-        // After the reboot (which restarts every container): it must survive LocalDNS off and on.
-        let sleeper = start_sleeper(node, "kube1", "lifecycle-sleeper")?;
+        // After the reboot (which restarts every container): it must survive LocalDNS off and on,
+        // and run again after the host's reboot although its CNI results were left empty.
+        let sleeper = start_sleeper(node, "kube1", SLEEPER, RestartPolicy::Always)?;
         localdns_off_in_place(node, &sleeper)?;
         localdns_on_in_place(node, &sleeper)?;
-        host_reboot(node)
+        host_reboot(node, &sleeper)
     })
 }
 
@@ -285,12 +289,7 @@ fn localdns_off_in_place(node: &mut JoinedNode, sleeper: &str) -> anyhow::Result
         machine.nameservers()
     );
     node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
-    ensure_sleeper_survived(
-        node,
-        "lifecycle-sleeper",
-        sleeper,
-        "while LocalDNS was turned off",
-    )?;
+    ensure_sleeper_survived(node, SLEEPER, sleeper, "while LocalDNS was turned off")?;
     a_cluster_first_pod_resolves_the_kubernetes_service_through(node, cluster_dns(node)?)?;
     let again = agent(node, &format!("apply --config {CONFIG_OFF}"))?;
     ensure!(
@@ -311,15 +310,18 @@ fn localdns_on_in_place(node: &mut JoinedNode, sleeper: &str) -> anyhow::Result<
     );
     ensure_localdns_present(&node.vm, "kube1")?;
     node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
-    ensure_sleeper_survived(node, "lifecycle-sleeper", sleeper, "while LocalDNS was turned on")?;
+    ensure_sleeper_survived(node, SLEEPER, sleeper, "while LocalDNS was turned on")?;
     a_cluster_first_pod_resolves_the_kubernetes_service_through(node, CLUSTER_LISTENER)
 }
 
 /// The VM itself reboots: with no agent run, the network unit brings back link and table, the
 /// machine starts from `machines.target`, LocalDNS is ready before kubelet, the Node is Ready,
-/// pods resolve, and a burst of pod queries leaves no conntrack entry for the listeners.
-fn host_reboot(node: &mut JoinedNode) -> anyhow::Result<()> {
+/// pods resolve, and a burst of pod queries leaves no conntrack entry for the listeners. The
+/// sleeper (container `sleeper`) goes down with the host as if its sandbox's CNI results had
+/// just been written when the power went (emptied), and runs again in a new sandbox.
+fn host_reboot(node: &mut JoinedNode, sleeper: &str) -> anyhow::Result<()> {
     let name = node.deployed.name.clone();
+    let emptied = empty_cni_results_of(node, "kube1", SLEEPER)?;
     let old = node_boot_id(node)?;
     node.vm.reboot().context("rebooting the VM")?;
     let new = wait_new_boot_id(node, &old)?;
@@ -328,7 +330,8 @@ fn host_reboot(node: &mut JoinedNode) -> anyhow::Result<()> {
     ensure_localdns_present(&node.vm, "kube1")?;
     ensure_localdns_ready_before_kubelet(&node.vm, "kube1")?;
     a_cluster_first_pod_resolves_the_kubernetes_service_through(node, CLUSTER_LISTENER)?;
-    listener_queries_leave_no_conntrack_entries(node)
+    listener_queries_leave_no_conntrack_entries(node)?;
+    ensure_ran_again_without_its_empty_cni_results(node, "kube1", SLEEPER, sleeper, &emptied)
 }
 
 /// `unbounded-agent repave` from `from` to `to`: the Node keeps its name and is Ready, the

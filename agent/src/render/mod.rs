@@ -6,6 +6,7 @@
 //! directory (`/` on a real host).
 
 pub mod cni;
+pub mod cni_results;
 pub mod containerd;
 pub mod corefile;
 pub mod host;

@@ -1,7 +1,7 @@
 //! What `start` will write, decided before anything changes (pure): the pod CIDR, the sandbox
 //! image, and every file of the node — LocalDNS's (from [`crate::render::render`]), the nspawn
-//! settings, containerd, CNI, kubelet's unit, kubeconfig and CA, and the host's sysctl and
-//! module files.
+//! settings, containerd (and its drop-in removing empty CNI results), CNI, kubelet's unit,
+//! kubeconfig and CA, and the host's sysctl and module files.
 
 use std::path::PathBuf;
 
@@ -9,8 +9,8 @@ use base64::Engine as _;
 
 use crate::goal::Goal;
 use crate::render::{
-    self, Place, RenderError, Rendered, RenderedFile, cni, containerd, host_prep, kubelet_node, machine_stop,
-    nspawn,
+    self, Place, RenderError, Rendered, RenderedFile, cni, cni_results, containerd, host_prep, kubelet_node,
+    machine_stop, nspawn,
 };
 use crate::validate::{Config, ContainerImage};
 
@@ -151,6 +151,18 @@ pub fn node_files(config: &Config, goal: &Goal, host_resolv_conf: &str) -> Resul
         "/etc/containerd/config.toml",
         0o644,
         containerd::config_toml(sandbox_image(&config.container_images)).into_bytes(),
+    );
+    add(
+        Place::Machine,
+        cni_results::SCRIPT,
+        0o755,
+        cni_results::script().into_bytes(),
+    );
+    add(
+        Place::Machine,
+        cni_results::DROP_IN,
+        0o644,
+        cni_results::drop_in().into_bytes(),
     );
     add(
         Place::Machine,
