@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use sha2::Digest;
 
-use harness::vm::{BootImage, ExitKind, Vm, VmError, VmSpec};
+use harness::vm::{Accel, BootImage, ExitKind, Vm, VmError, VmSpec};
 
 /// The host image (`LAB_HOST_IMAGE_DIR` may name a built image directory to use instead of
 /// the cache's current one), or a failure naming the command that builds it.
@@ -90,6 +90,7 @@ fn vm_runs_commands_copies_files_reboots_resets_and_powers_off() {
         vm.run("ip -o addr show").unwrap().contains("10.0.2.15/24"),
         "lab-net set the address"
     );
+    guest_cpu_has_no_cmpxchg16b_under_tcg(&vm);
     assert_eq!(
         vm.run("cat /mnt/lab/hello.txt").unwrap(),
         "shared over 9p\n",
@@ -228,4 +229,24 @@ fn vm_runs_commands_copies_files_reboots_resets_and_powers_off() {
         "timings: boot {boot:.1?}, command {command_time:.2?}, copy in 3 MB {copy_in_time:.2?}, copy out {copy_out_time:.2?}, \
          reboot {reboot_time:.1?}, reset {reset_time:.1?}, power-off {power_off_time:.1?}"
     );
+}
+
+/// Under TCG the guest sees `max` without `cx16` (`harness::vm::accel::TCG_CPU`: QEMU 7.2's
+/// `cmpxchg16b` can corrupt the guest's EFLAGS) and still the rest of `max` (SSE4.2 here); under
+/// KVM the host's own CPU.
+fn guest_cpu_has_no_cmpxchg16b_under_tcg(vm: &Vm) {
+    let line = vm.run("grep -m1 '^flags' /proc/cpuinfo").unwrap();
+    let flags: Vec<&str> = line
+        .split_once(':')
+        .map(|(_, f)| f)
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    assert!(flags.contains(&"sse4_2"), "the guest's CPU flags: {line}");
+    if vm.accel() == Accel::Tcg {
+        assert!(
+            !flags.contains(&"cx16"),
+            "under TCG the guest must not see `cx16`: {line}"
+        );
+    }
 }

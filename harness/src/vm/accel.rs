@@ -7,7 +7,8 @@ use std::fmt;
 pub enum Accel {
     /// Hardware virtualisation (`-accel kvm -cpu host`).
     Kvm,
-    /// Emulation (`-accel tcg,thread=single,tb-size=256 -cpu max`); every deadline is scaled up.
+    /// Emulation (`-accel tcg,thread=single,tb-size=256 -cpu` [`TCG_CPU`]); every deadline is
+    /// scaled up.
     ///
     /// `thread=single` runs the vCPUs round-robin on one host thread. Multi-threaded TCG lets
     /// one vCPU run a stale translation of kernel text that another vCPU is patching with
@@ -16,6 +17,21 @@ pub enum Accel {
     /// two cores per host and up to two VMs at once, one thread per VM costs nothing.
     Tcg,
 }
+
+/// The guest CPU under TCG: QEMU's `max` model without `cx16` (the `cmpxchg16b` instruction).
+///
+/// QEMU 7.2 (Debian 12's) emulates `cmpxchg16b` in a helper that computes the guest's flags from
+/// the condition-code state in memory, and its translator does not store that state before the
+/// call; when the state there is stale, the helper leaves garbage in the guest's EFLAGS (QEMU 8.1
+/// replaced the helper with code that computes the flags first). Debian's kernel runs
+/// `cmpxchg16b %gs:(%rsi)` in SLUB's per-CPU allocation fast path, and twice a lab VM died of it:
+/// `traps: PANIC: double fault` in `__kmalloc_noprof`/`__kmalloc_cache_node_noprof` right after
+/// the instruction, with `EFLAGS` the low half of `RAX` plus ZF (docs/troubleshooting.md, "A lab
+/// VM's kernel dies of a double fault"). Without `cx16` the kernel takes its own emulation
+/// (`this_cpu_cmpxchg16b_emu`, plain instructions with interrupts off) and never runs the
+/// instruction; every program of the lab's images targets baseline x86-64, which has no
+/// `cmpxchg16b` either.
+pub const TCG_CPU: &str = "max,-cx16";
 
 /// What `LAB_ACCEL` may say.
 #[derive(Debug, thiserror::Error)]
@@ -70,7 +86,7 @@ impl Accel {
     pub fn qemu_args(self) -> [&'static str; 4] {
         match self {
             Accel::Kvm => ["-accel", "kvm", "-cpu", "host"],
-            Accel::Tcg => ["-accel", "tcg,thread=single,tb-size=256", "-cpu", "max"],
+            Accel::Tcg => ["-accel", "tcg,thread=single,tb-size=256", "-cpu", TCG_CPU],
         }
     }
 }
@@ -109,10 +125,10 @@ mod tests {
     }
 
     #[test]
-    fn tcg_uses_one_thread_a_bounded_translation_cache_and_cpu_max() {
+    fn tcg_uses_one_thread_a_bounded_translation_cache_and_cpu_max_without_cmpxchg16b() {
         assert_eq!(
             Accel::Tcg.qemu_args(),
-            ["-accel", "tcg,thread=single,tb-size=256", "-cpu", "max"]
+            ["-accel", "tcg,thread=single,tb-size=256", "-cpu", "max,-cx16"]
         );
         assert_eq!(Accel::Kvm.qemu_args(), ["-accel", "kvm", "-cpu", "host"]);
     }

@@ -232,7 +232,7 @@ mod tests {
     fn user_networking_vm_boots_its_kernel_with_the_lab_channels() {
         let line = joined(&spec(), Accel::Tcg);
         for part in [
-            "-accel tcg,thread=single,tb-size=256 -cpu max",
+            "-accel tcg,thread=single,tb-size=256 -cpu max,-cx16",
             "-kernel /c/vmlinuz -initrd /c/initrd.img",
             "-append root=/dev/vda rw console=ttyS0 lab.ip=10.0.2.15/24 lab.gw=10.0.2.2 lab.dns=10.0.2.3",
             "file=/s/lab-2/node1.qcow2,if=none,id=disk0,format=qcow2",
