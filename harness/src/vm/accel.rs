@@ -22,8 +22,8 @@ pub enum Accel {
 ///
 /// QEMU 7.2 (Debian 12's) emulates `cmpxchg16b` in a helper that computes the guest's flags from
 /// the condition-code state in memory, and its translator does not store that state before the
-/// call; when the state there is stale, the helper leaves garbage in the guest's EFLAGS (QEMU 8.1
-/// replaced the helper with code that computes the flags first). Debian's kernel runs
+/// call; when the state there is stale, the helper leaves garbage in the guest's EFLAGS (later
+/// QEMU releases compute the flags inline instead). Debian's kernel runs
 /// `cmpxchg16b %gs:(%rsi)` in SLUB's per-CPU allocation fast path, and twice a lab VM died of it:
 /// `traps: PANIC: double fault` in `__kmalloc_noprof`/`__kmalloc_cache_node_noprof` right after
 /// the instruction, with `EFLAGS` the low half of `RAX` plus ZF (docs/troubleshooting.md, "A lab
