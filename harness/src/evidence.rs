@@ -1,7 +1,8 @@
 //! Evidence of a failed (or inspected) VM test: the serial log, QEMU's stderr and the guest's
 //! journal, ruleset, addresses and machines, saved under `$LAB_ARTIFACTS_DIR/<test>/<vm>/`
-//! (default `<repo>/target/lab-artifacts/`) with an `index.txt` ([`Collector`]); the path and the
-//! last console lines are printed. `harness lab logs` collects the same per VM.
+//! (default `<repo>/target/lab-artifacts/`) with an `index.txt` ([`Collector`]); the path, the
+//! last console lines and a guest kernel crash's key lines ([`kernel_crash`]) are printed.
+//! `harness lab logs` collects the same per VM.
 
 mod collector;
 
@@ -9,7 +10,7 @@ use std::path::PathBuf;
 
 pub use collector::{Collector, Entry, Guest, INDEX_FILE, render_index};
 
-use crate::vm::{RunDir, Vm, console};
+use crate::vm::{RunDir, Vm, console, kernel_crash};
 
 /// Guest commands saved by default: (file name, shell command).
 pub const GUEST_COMMANDS: [(&str, &str); 5] = [
@@ -95,12 +96,14 @@ pub fn collect_with(vm: &Vm, test: &str, reason: &str, extra: &[(&str, &str)]) -
     let running = || vm.is_running();
     let mut guest = Guest::new(vm.agent(), &running);
     collect_vm(&mut collector, "", run, &mut guest, extra);
+    let crash = kernel_crash::report(&run.console());
     let dir = collector.finish();
     eprintln!(
-        "==> evidence of VM {} ({reason}) saved in {}\n--- last console lines ---\n{}",
+        "==> evidence of VM {} ({reason}) saved in {}\n--- last console lines ---\n{}{}",
         vm.name(),
         dir.display(),
-        console::tail_block(&run.console(), 30)
+        console::tail_block(&run.console(), 30),
+        crash.map(|text| format!("\n{text}")).unwrap_or_default()
     );
     dir
 }
@@ -144,7 +147,8 @@ pub fn describe(file: &str, command: &str) -> String {
 }
 
 /// Collects a VM's own evidence under `prefix` (`""` or `"<vm>/"`): its run directory's console,
-/// QEMU's stderr and `vm.json`, then [`GUEST_COMMANDS`] and `extra` in the guest.
+/// QEMU's stderr and `vm.json`, `kernel-crash.txt` when the console shows a guest kernel crash
+/// ([`kernel_crash`]), then [`GUEST_COMMANDS`] and `extra` in the guest.
 pub fn collect_vm(
     collector: &mut Collector,
     prefix: &str,
@@ -162,6 +166,13 @@ pub fn collect_vm(
         ),
     ] {
         collector.copy_file(&format!("{prefix}{to}"), what, &from);
+    }
+    if let Some(text) = kernel_crash::report(&run.console()) {
+        collector.text(
+            &format!("{prefix}kernel-crash.txt"),
+            "the guest kernel crashed: its report's key lines in console.log",
+            &text,
+        );
     }
     let commands: Vec<(&str, &str)> = GUEST_COMMANDS
         .iter()

@@ -59,6 +59,7 @@ pub mod console;
 pub mod deadline;
 pub mod error;
 pub mod guest;
+pub mod kernel_crash;
 pub mod machine;
 pub mod overlay;
 pub mod process;
