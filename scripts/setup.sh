@@ -52,6 +52,9 @@ APT_PACKAGES=(
   nftables conntrack iproute2 dnsutils curl zstd e2fsprogs fakeroot
   shellcheck
   gcc libc6-dev busybox-static
+  # The Kind cluster's container engine where Docker cannot run privileged containers: Podman
+  # with Debian's runc (the lab writes its own containers.conf; nothing goes to /etc).
+  podman runc
 )
 
 missing=()

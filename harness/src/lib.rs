@@ -12,6 +12,7 @@ pub mod evidence;
 pub mod guest_tests;
 pub mod images;
 pub mod inspect;
+pub mod kind;
 pub mod lab;
 pub mod node_config;
 pub mod progress;

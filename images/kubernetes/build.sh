@@ -1,6 +1,6 @@
 #!/bin/sh
 # Builds the Kubernetes control plane and node binaries (kube-apiserver,
-# kube-controller-manager, kube-scheduler, kubelet, kubectl) and etcd from
+# kube-controller-manager, kube-scheduler, kube-proxy, kubelet, kubectl, kubeadm) and etcd from
 # their published Go modules at the versions pinned in recipe.env, statically
 # (CGO_ENABLED=0, -trimpath, stripped), into $1/.
 # Usage: build.sh OUT_DIR   (GO may name the go binary; default: go on PATH)
@@ -45,9 +45,10 @@ wrap() {
     if [ -n "$godebug" ]; then "$go" mod edit -godebug="$godebug"; fi
 }
 
-# Kubernetes: one `go build` for all five commands.
+# Kubernetes: one `go build` for all seven commands.
 k8s_pkgs="k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager
-k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubectl"
+k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kube-proxy k8s.io/kubernetes/cmd/kubelet
+k8s.io/kubernetes/cmd/kubectl k8s.io/kubernetes/cmd/kubeadm"
 wrap "$work/kubernetes" k8s.io/kubernetes "v$KUBERNETES_VERSION" "v$KUBERNETES_STAGING_VERSION"
 # shellcheck disable=SC2046 # package lists split on purpose
 "$go" get $(for p in $k8s_pkgs; do printf '%s@v%s ' "$p" "$KUBERNETES_VERSION"; done)

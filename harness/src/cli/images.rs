@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use harness::cache::Cache;
 use harness::images::prune::{self, CurrentKeys, InUse, Verdict};
-use harness::images::{coredns, host, kubernetes, oci, rootfs};
+use harness::images::{coredns, host, kind_tool, kubernetes, oci, rootfs};
 use harness::lab::owner;
 use harness::progress;
 use harness::vm::{Accel, BootImage, BootMode, RunDir, VmSpec};
@@ -58,17 +58,20 @@ pub enum Image {
     Oci,
     /// The Kubernetes control plane and node binaries and etcd.
     Kubernetes,
+    /// The `kind` CLI and its base image's files.
+    Kind,
     /// The host image booted once and saved: every VM resumes from it (`LAB_COLD_BOOT=1` skips it).
     VmState,
 }
 
 impl Image {
-    const ALL: [Image; 6] = [
+    const ALL: [Image; 7] = [
         Image::Host,
         Image::Rootfs,
         Image::Coredns,
         Image::Oci,
         Image::Kubernetes,
+        Image::Kind,
         Image::VmState,
     ];
 
@@ -80,6 +83,7 @@ impl Image {
             Image::Coredns => coredns::build(cache)?.dir,
             Image::Oci => oci::build(cache)?.dir,
             Image::Kubernetes => kubernetes::build(cache)?.dir,
+            Image::Kind => kind_tool::build(cache)?.dir,
             Image::VmState => {
                 let image = host::build(cache)?;
                 let spec = VmSpec::new("images", "build", BootImage::from(&image));
@@ -112,7 +116,7 @@ fn lanes(images: &[Image]) -> [Vec<Image>; 3] {
     for &image in images {
         let lane = match image {
             Image::Host | Image::Rootfs => 0,
-            Image::Coredns | Image::Oci | Image::Kubernetes => 1,
+            Image::Coredns | Image::Oci | Image::Kubernetes | Image::Kind => 1,
             Image::VmState => 2,
         };
         if !lanes[lane].contains(&image) {
@@ -323,7 +327,7 @@ mod tests {
             lanes(&Image::ALL),
             [
                 vec![Image::Host, Image::Rootfs],
-                vec![Image::Coredns, Image::Oci, Image::Kubernetes],
+                vec![Image::Coredns, Image::Oci, Image::Kubernetes, Image::Kind],
                 vec![Image::VmState],
             ]
         );

@@ -2,8 +2,8 @@
 //! published Go modules at the versions pinned in `images/kubernetes/recipe.env`.
 //!
 //! Layout of a built entry (`<cache>/kubernetes/<key>/`):
-//! * `bin/`: `kube-apiserver`, `kube-controller-manager`, `kube-scheduler`,
-//!   `kubelet`, `kubectl`, `etcd` — what the lab's control plane runs;
+//! * `bin/`: `kube-apiserver`, `kube-controller-manager`, `kube-scheduler`, `kube-proxy`,
+//!   `kubelet`, `kubectl`, `kubeadm`, `etcd` — what the lab's control plane and its Kind node image run;
 //! * `release/v<ver>/bin/linux/amd64/{kubelet,kubectl}` with `.sha256` holding
 //!   the bare hex digest, so an HTTP server rooted at `release/` answers like
 //!   `https://dl.k8s.io/release` (`Downloads.Kubernetes.BaseURL`);
@@ -37,16 +37,18 @@ const FILES: RecipeFiles = RecipeFiles {
     lowest_priority: true,
 };
 /// Bump when this file changes what a build produces (layout, checks).
-const PACK_REVISION: &str = "kubernetes-pack-1";
+const PACK_REVISION: &str = "kubernetes-pack-2";
 /// The only architecture built here.
 pub const ARCH: &str = "amd64";
 /// The Kubernetes commands built (one `go build`).
-pub const KUBERNETES_BINARIES: [&str; 5] = [
+pub const KUBERNETES_BINARIES: [&str; 7] = [
     "kube-apiserver",
     "kube-controller-manager",
     "kube-scheduler",
+    "kube-proxy",
     "kubelet",
     "kubectl",
+    "kubeadm",
 ];
 /// The node binaries the agent downloads, laid out like upstream.
 pub const NODE_BINARIES: [ArtifactSpec; 2] = [KUBELET, KUBECTL];
@@ -197,7 +199,10 @@ fn build_into(recipe: &Recipe, out: &Path, log: &Path) -> Result<(), ImageError>
 /// Each binary reports the pinned version.
 fn check_versions(recipe: &Recipe, bin_dir: &Path) -> Result<(), ImageError> {
     let want = format!("Kubernetes v{}", recipe.version);
-    for name in KUBERNETES_BINARIES.iter().filter(|n| **n != "kubectl") {
+    for name in KUBERNETES_BINARIES
+        .iter()
+        .filter(|n| !["kubectl", "kubeadm"].contains(n))
+    {
         let out = agent::exec::run_stdout(Command::new(bin_dir.join(name)).arg("--version"))?;
         if out.trim() != want {
             return Err(ImageError::UnexpectedOutput {
@@ -220,6 +225,15 @@ fn check_versions(recipe: &Recipe, bin_dir: &Path) -> Result<(), ImageError> {
         return Err(ImageError::UnexpectedOutput {
             command: "kubectl version --client".into(),
             printed: git_version.unwrap_or_default().into(),
+            expected,
+        });
+    }
+    let out =
+        agent::exec::run_stdout(Command::new(bin_dir.join("kubeadm")).args(["version", "-o", "short"]))?;
+    if out.trim() != expected {
+        return Err(ImageError::UnexpectedOutput {
+            command: "kubeadm version -o short".into(),
+            printed: out,
             expected,
         });
     }

@@ -6,7 +6,7 @@ use std::fs;
 use crate::artifacts::BUNDLE_KIND;
 use crate::cache::{Cache, RecipeKey};
 use crate::error_chain::Chain;
-use crate::images::{ImageError, coredns, host, kubernetes, oci, rootfs};
+use crate::images::{ImageError, coredns, host, kind_tool, kubernetes, oci, rootfs};
 use crate::vm::state::{self, StateInfo, StateInputs};
 use crate::vm::{Accel, BootImage, VmSpec};
 
@@ -40,6 +40,7 @@ impl CurrentKeys {
             (coredns::KIND, coredns),
             (kubernetes::KIND, kubernetes),
             (oci::KIND, oci),
+            (kind_tool::KIND, Ok(kind_tool::key())),
             (BUNDLE_KIND, bundle),
         ] {
             keys.0
@@ -130,6 +131,7 @@ mod tests {
         assert_eq!(one(coredns::KIND), BTreeSet::from([coredns::key().hex()]));
         assert_eq!(one(kubernetes::KIND), BTreeSet::from([kubernetes::key().hex()]));
         assert_eq!(one(oci::KIND), BTreeSet::from([oci::key().unwrap().hex()]));
+        assert_eq!(one(kind_tool::KIND), BTreeSet::from([kind_tool::key().hex()]));
         assert_eq!(one(BUNDLE_KIND).len(), 1);
         assert_eq!(
             one(state::KIND),
