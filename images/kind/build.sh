@@ -18,9 +18,11 @@ GOBIN="$out/bin" "$go" install -trimpath -ldflags="-s -w" "sigs.k8s.io/kind@v$KI
 dir=$("$go" mod download -json "sigs.k8s.io/kind@v$KIND_VERSION" |
     sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
 files="$dir/images/base/files"
-test -x "$files/usr/local/bin/entrypoint" || { echo "no $files/usr/local/bin/entrypoint" >&2; exit 1; }
+test -f "$files/usr/local/bin/entrypoint" || { echo "no $files/usr/local/bin/entrypoint" >&2; exit 1; }
 mkdir -p "$out/base-files"
 cp -R "$files/." "$out/base-files/"
-# The module cache is read-only: the copy is the entry's own.
+# The module cache is read-only and a module zip keeps no modes: the copy is the entry's own,
+# and the scripts get back the execute bit they have in the repository.
 chmod -R u+w "$out/base-files"
+chmod 0755 "$out/base-files/usr/local/bin/"* "$out/base-files/kind/bin/"*
 find "$out/base-files" -type f | sort

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use harness::cache::Cache;
 use harness::images::prune::{self, CurrentKeys, InUse, Verdict};
-use harness::images::{coredns, host, kind_tool, kubernetes, oci, rootfs};
+use harness::images::{coredns, host, kind_node, kind_tool, kubernetes, oci, rootfs};
 use harness::lab::owner;
 use harness::progress;
 use harness::vm::{Accel, BootImage, BootMode, RunDir, VmSpec};
@@ -60,18 +60,21 @@ pub enum Image {
     Kubernetes,
     /// The `kind` CLI and its base image's files.
     Kind,
+    /// The Kind node image (Debian, Kind's base files, Kubernetes, the control plane's images).
+    KindNode,
     /// The host image booted once and saved: every VM resumes from it (`LAB_COLD_BOOT=1` skips it).
     VmState,
 }
 
 impl Image {
-    const ALL: [Image; 7] = [
+    const ALL: [Image; 8] = [
         Image::Host,
         Image::Rootfs,
         Image::Coredns,
         Image::Oci,
         Image::Kubernetes,
         Image::Kind,
+        Image::KindNode,
         Image::VmState,
     ];
 
@@ -84,6 +87,7 @@ impl Image {
             Image::Oci => oci::build(cache)?.dir,
             Image::Kubernetes => kubernetes::build(cache)?.dir,
             Image::Kind => kind_tool::build(cache)?.dir,
+            Image::KindNode => kind_node::build(cache)?.dir,
             Image::VmState => {
                 let image = host::build(cache)?;
                 let spec = VmSpec::new("images", "build", BootImage::from(&image));
@@ -109,15 +113,16 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
 
 /// The images in the order they are built: the Debian images (mmdebstrap: downloads, dpkg and
 /// compression, mostly one core) in one lane beside the Go builds and container images (every
-/// core they get, at the lowest priority) in another, then the saved VM state, which boots the
-/// host image. Each lane keeps the order `images` gives.
+/// core they get, at the lowest priority) in another, then the Kind node image (made of the Go
+/// builds) and the saved VM state, which boots the host image. Each lane keeps the order `images`
+/// gives.
 fn lanes(images: &[Image]) -> [Vec<Image>; 3] {
     let mut lanes: [Vec<Image>; 3] = Default::default();
     for &image in images {
         let lane = match image {
             Image::Host | Image::Rootfs => 0,
             Image::Coredns | Image::Oci | Image::Kubernetes | Image::Kind => 1,
-            Image::VmState => 2,
+            Image::VmState | Image::KindNode => 2,
         };
         if !lanes[lane].contains(&image) {
             lanes[lane].push(image);
@@ -328,7 +333,7 @@ mod tests {
             [
                 vec![Image::Host, Image::Rootfs],
                 vec![Image::Coredns, Image::Oci, Image::Kubernetes, Image::Kind],
-                vec![Image::VmState],
+                vec![Image::KindNode, Image::VmState],
             ]
         );
         assert_eq!(

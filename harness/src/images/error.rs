@@ -15,6 +15,9 @@ use crate::progress::RunLoggedError;
 pub enum ImageError {
     #[error(transparent)]
     Cache(#[from] CacheError),
+    /// The Kind node image cannot be assembled from the lab's parts.
+    #[error("Kind node image: {0}")]
+    KindNode(String),
     /// A build step (`build.sh`, mmdebstrap, mke2fs, ...) failed; its output is in the log.
     #[error(transparent)]
     Build(#[from] RunLoggedError),

@@ -4,7 +4,7 @@
 //! machine rootfs tarball; `coredns`: the CoreDNS release artifact and offline bundle;
 //! `kubernetes`: the control plane and node binaries and etcd;
 //! `oci`: the pause and test container images as OCI archives (`oci_layout` writes them);
-//! `kind_tool`: the `kind` CLI and its base image's files.
+//! `kind_tool`: the `kind` CLI and its base image's files; `kind_node`: the Kind node image.
 //! Shared by them: `recipe` (the `recipe.env` + `build.sh` pair of the built-from-source ones),
 //! `entry` (a built entry's files: finding it, its JSON, `.sha256` sidecars), `mmdebstrap`, `go`,
 //! and `error` ([`ImageError`], what all of them fail with).
@@ -14,6 +14,7 @@ pub mod entry;
 pub mod error;
 pub mod go;
 pub mod host;
+pub mod kind_node;
 pub mod kind_tool;
 pub mod kubernetes;
 pub mod mmdebstrap;

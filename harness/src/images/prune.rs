@@ -20,19 +20,20 @@ use std::path::{Path, PathBuf};
 
 use crate::artifacts::BUNDLE_KIND;
 use crate::cache::Cache;
-use crate::images::{coredns, host, kind_tool, kubernetes, oci, rootfs};
+use crate::images::{coredns, host, kind_node, kind_tool, kubernetes, oci, rootfs};
 use crate::vm::state;
 pub use current::{CurrentKeys, bundle_key};
 pub use in_use::InUse;
 
 /// Every kind of entry the cache holds, in the order `prune` shows them.
-pub const KINDS: [&str; 8] = [
+pub const KINDS: [&str; 9] = [
     host::KIND,
     rootfs::KIND,
     coredns::KIND,
     kubernetes::KIND,
     oci::KIND,
     kind_tool::KIND,
+    kind_node::KIND,
     BUNDLE_KIND,
     state::KIND,
 ];

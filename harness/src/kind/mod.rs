@@ -1,5 +1,8 @@
-//! The lab's Kind cluster: the container engine its node containers run in (`engine`).
+//! The lab's Kind cluster: the container engine its node containers run in (`engine`) and the
+//! cluster Kind's CLI creates from the lab's node image (`cluster`).
 
+pub mod cluster;
 pub mod engine;
 
+pub use cluster::{KindCluster, KindError};
 pub use engine::{Engine, EngineError, EngineKind};

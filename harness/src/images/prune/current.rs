@@ -6,7 +6,7 @@ use std::fs;
 use crate::artifacts::BUNDLE_KIND;
 use crate::cache::{Cache, RecipeKey};
 use crate::error_chain::Chain;
-use crate::images::{ImageError, coredns, host, kind_tool, kubernetes, oci, rootfs};
+use crate::images::{ImageError, coredns, host, kind_node, kind_tool, kubernetes, oci, rootfs};
 use crate::vm::state::{self, StateInfo, StateInputs};
 use crate::vm::{Accel, BootImage, VmSpec};
 
@@ -41,6 +41,7 @@ impl CurrentKeys {
             (kubernetes::KIND, kubernetes),
             (oci::KIND, oci),
             (kind_tool::KIND, Ok(kind_tool::key())),
+            (kind_node::KIND, kind_node::key().map_err(why)),
             (BUNDLE_KIND, bundle),
         ] {
             keys.0
@@ -132,6 +133,10 @@ mod tests {
         assert_eq!(one(kubernetes::KIND), BTreeSet::from([kubernetes::key().hex()]));
         assert_eq!(one(oci::KIND), BTreeSet::from([oci::key().unwrap().hex()]));
         assert_eq!(one(kind_tool::KIND), BTreeSet::from([kind_tool::key().hex()]));
+        assert_eq!(
+            one(kind_node::KIND),
+            BTreeSet::from([kind_node::key().unwrap().hex()])
+        );
         assert_eq!(one(BUNDLE_KIND).len(), 1);
         assert_eq!(
             one(state::KIND),

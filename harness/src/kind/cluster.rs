@@ -1,0 +1,280 @@
+//! A Kind cluster created by Kind's own CLI from the lab's node image, in the engine
+//! [`Engine::detect`] chose.
+//!
+//! The cluster's configuration ([`kind_config`]): one control-plane node, kube-proxy in nftables
+//! mode, no default CNI (the node image brings its bridge network), the kubelet allowed on
+//! cgroup v1 (`failCgroupV1: false`: this project's machines have a hybrid cgroup hierarchy), and
+//! node IPAM off (every lab VM brings its pod CIDR in its agent config).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use agent::exec::{CommandFailed, run, run_stdout};
+
+use super::engine::Engine;
+use crate::images::kind_node::{IMAGE_REPOSITORY, KindNodeImage};
+use crate::images::kind_tool::KindTool;
+use crate::progress::{RunLoggedError, Step, run_logged};
+
+/// The cluster's pod CIDR (every node's `10.244.<k>.0/24` is inside it).
+pub const POD_SUBNET: &str = "10.244.0.0/16";
+/// The cluster's service CIDR: the `kubernetes` Service is `10.96.0.1`, `kube-dns` `10.96.0.10`.
+pub const SERVICE_SUBNET: &str = "10.96.0.0/12";
+
+/// Why a Kind cluster could not be created, found or deleted.
+#[derive(Debug, thiserror::Error)]
+pub enum KindError {
+    #[error("loading the Kind node image {reference} into {engine}")]
+    LoadImage {
+        reference: String,
+        engine: String,
+        #[source]
+        source: CommandFailed,
+    },
+    #[error("kind could not create cluster {name} (kind removed what it had made); evidence: {log}")]
+    Create {
+        name: String,
+        log: PathBuf,
+        #[source]
+        source: RunLoggedError,
+    },
+    #[error(transparent)]
+    Command(#[from] CommandFailed),
+    #[error("writing {path}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A created Kind cluster.
+#[derive(Clone, Debug)]
+pub struct KindCluster {
+    pub name: String,
+    /// The admin kubeconfig Kind wrote (context `kind-<name>`), naming the API server's port on
+    /// the host's `127.0.0.1`.
+    pub kubeconfig: PathBuf,
+    engine: Engine,
+    kind: PathBuf,
+}
+
+/// The Kind configuration of a lab cluster.
+pub fn kind_config() -> String {
+    format!(
+        "\
+# Written by the lab's harness (harness::kind::cluster).
+kind: Cluster
+apiVersion: kind.x-k8s.io/v1alpha4
+networking:
+  disableDefaultCNI: true
+  kubeProxyMode: nftables
+  podSubnet: {POD_SUBNET}
+  serviceSubnet: {SERVICE_SUBNET}
+kubeadmConfigPatches:
+- |
+  kind: KubeletConfiguration
+  failCgroupV1: false
+- |
+  kind: ClusterConfiguration
+  controllerManager:
+    extraArgs:
+      allocate-node-cidrs: \"false\"
+nodes:
+- role: control-plane
+"
+    )
+}
+
+impl KindCluster {
+    /// Creates cluster `name` (a stale one of that name is deleted first), its configuration
+    /// and kubeconfig in `dir`, Kind's output in `log`.
+    pub fn create(
+        name: &str,
+        engine: &Engine,
+        tool: &KindTool,
+        image: &KindNodeImage,
+        dir: &Path,
+        log: &Path,
+    ) -> Result<KindCluster, KindError> {
+        let cluster = KindCluster {
+            name: name.to_string(),
+            kubeconfig: dir.join("kubeconfig"),
+            engine: engine.clone(),
+            kind: tool.binary.clone(),
+        };
+        fs::create_dir_all(dir).map_err(|source| KindError::Write {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let config = dir.join("kind-config.yaml");
+        fs::write(&config, kind_config()).map_err(|source| KindError::Write {
+            path: config.clone(),
+            source,
+        })?;
+        ensure_lib_modules()?;
+        load_image(engine, image)?;
+        if list(engine, tool)?.iter().any(|c| c == name) {
+            cluster.delete()?;
+        }
+        let step = Step::start(format!(
+            "Kind cluster {name}: kind create cluster ({})",
+            engine.kind
+        ));
+        run_logged(
+            cluster
+                .kind()
+                .args(["create", "cluster", "--name", name, "--image", &image.reference])
+                .arg("--config")
+                .arg(&config)
+                .arg("--kubeconfig")
+                .arg(&cluster.kubeconfig),
+            log,
+            &step,
+        )
+        .map_err(|source| KindError::Create {
+            name: name.to_string(),
+            log: log.to_path_buf(),
+            source,
+        })?;
+        step.finish();
+        Ok(cluster)
+    }
+
+    /// The control-plane node's container (`<name>-control-plane`).
+    pub fn control_plane_container(&self) -> String {
+        format!("{}-control-plane", self.name)
+    }
+
+    /// Runs `args` in the control-plane node (`<engine> exec`); its stdout.
+    pub fn exec_in_node(&self, args: &[&str]) -> Result<String, CommandFailed> {
+        run_stdout(
+            self.engine
+                .command()
+                .args(["exec", &self.control_plane_container()])
+                .args(args),
+        )
+    }
+
+    /// `kind delete cluster`: the node containers and their volumes.
+    pub fn delete(&self) -> Result<(), KindError> {
+        run(self
+            .kind()
+            .args(["delete", "cluster", "--name", &self.name])
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig))?;
+        Ok(())
+    }
+
+    fn kind(&self) -> Command {
+        let mut command = Command::new(&self.kind);
+        command.envs(self.engine.env());
+        command
+    }
+}
+
+/// Kind bind-mounts the host's `/lib/modules` into every node and the engine refuses a missing
+/// source: a host without loadable modules gets the empty directory (idempotent).
+pub fn ensure_lib_modules() -> Result<(), KindError> {
+    let path = Path::new(LIB_MODULES);
+    fs::create_dir_all(path).map_err(|source| KindError::Write {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// The host directory Kind mounts into its nodes.
+pub const LIB_MODULES: &str = "/lib/modules";
+
+/// `kind get clusters`: the clusters of the engine.
+pub fn list(engine: &Engine, tool: &KindTool) -> Result<Vec<String>, CommandFailed> {
+    let out = run_stdout(
+        Command::new(&tool.binary)
+            .envs(engine.env())
+            .args(["get", "clusters"]),
+    )?;
+    Ok(out
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(String::from)
+        .collect())
+}
+
+/// Imports the node image into the engine unless it has it (`import` with Kind's entrypoint).
+pub fn load_image(engine: &Engine, image: &KindNodeImage) -> Result<(), KindError> {
+    let has = run(engine.command().args(["image", "inspect", &image.reference])).is_ok();
+    if has {
+        return Ok(());
+    }
+    let step = Step::start(format!(
+        "Kind node image: {} import {}",
+        engine.kind, image.reference
+    ));
+    run(engine
+        .command()
+        .args([
+            "import",
+            "--change",
+            "ENTRYPOINT [\"/usr/local/bin/entrypoint\", \"/sbin/init\"]",
+            "--change",
+            "STOPSIGNAL SIGRTMIN+3",
+            "--change",
+            "ENV container=docker",
+        ])
+        .arg(&image.tarball)
+        .arg(&image.reference))
+    .map_err(|source| KindError::LoadImage {
+        reference: image.reference.clone(),
+        engine: engine.kind.to_string(),
+        source,
+    })?;
+    step.finish();
+    remove_older_node_images(engine, &image.reference);
+    Ok(())
+}
+
+/// Removes the engine's other tags of the node image's repository (older builds, ~1 GB each);
+/// one a container still uses stays (the engine refuses), and nothing else is touched.
+fn remove_older_node_images(engine: &Engine, keep: &str) {
+    let Ok(listed) = run_stdout(
+        engine
+            .command()
+            .args(["images", "--format", "{{.Repository}}:{{.Tag}}"]),
+    ) else {
+        return;
+    };
+    for old in listed
+        .lines()
+        .map(str::trim)
+        .filter(|r| r.starts_with(&format!("{IMAGE_REPOSITORY}:")) && *r != keep)
+    {
+        let _ = run(engine.command().args(["rmi", old]));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_kind_config_allows_cgroup_v1_turns_ipam_off_and_brings_no_cni() {
+        let config: serde_yaml_ng::Value = serde_yaml_ng::from_str(&kind_config()).unwrap();
+        assert_eq!(config["networking"]["disableDefaultCNI"], true);
+        assert_eq!(config["networking"]["kubeProxyMode"], "nftables");
+        assert_eq!(config["networking"]["serviceSubnet"], SERVICE_SUBNET);
+        let patches: Vec<serde_yaml_ng::Value> = config["kubeadmConfigPatches"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|p| serde_yaml_ng::from_str(p.as_str().unwrap()).unwrap())
+            .collect();
+        assert_eq!(patches[0]["failCgroupV1"], false);
+        assert_eq!(
+            patches[1]["controllerManager"]["extraArgs"]["allocate-node-cidrs"],
+            "false"
+        );
+        assert_eq!(config["nodes"].as_sequence().unwrap().len(), 1);
+    }
+}

@@ -1,0 +1,176 @@
+//! The lab's Kind cluster, for real: Kind's CLI creates a cluster from the lab's node image in the
+//! engine the harness chose; its node becomes Ready, the cluster's own CoreDNS runs as the
+//! `kube-dns` Deployment and answers on the Service's ClusterIP through kube-proxy's nftables
+//! rules; the host's kubectl reaches the API server with the kubeconfig Kind wrote; `kind get
+//! clusters` lists it; `kind delete cluster` leaves no container or volume of it.
+//! Needs root, Podman or Docker, and the cached images (`harness images build`).
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use harness::cache::Cache;
+use harness::evidence;
+use harness::images::{kind_node, kind_tool, kubernetes};
+use harness::kind::cluster::{self, KindCluster};
+use harness::kind::engine::Engine;
+use harness::wait::{Attempt, WaitTimeout, retry, wait_until};
+
+/// Deletes the cluster when the test ends, passed or not.
+struct DeleteOnDrop(Option<KindCluster>);
+
+impl Drop for DeleteOnDrop {
+    fn drop(&mut self) {
+        if let Some(cluster) = self.0.take()
+            && let Err(e) = cluster.delete()
+        {
+            eprintln!("deleting Kind cluster {}: {e}", cluster.name);
+        }
+    }
+}
+
+fn kubectl(kubectl: &Path, kubeconfig: &Path, args: &[&str]) -> Result<String, String> {
+    agent::exec::run_stdout(
+        Command::new(kubectl)
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(args),
+    )
+    .map_err(|e| e.to_string())
+}
+
+#[test]
+fn kind_creates_a_cluster_whose_coredns_answers_on_the_kube_dns_clusterip_and_deletes_it_leaving_nothing() {
+    let cache = Cache::open().unwrap();
+    let need = "run `harness images build` first";
+    let tool = kind_tool::require(&cache).unwrap_or_else(|e| panic!("{e}; {need}"));
+    let image = kind_node::require(&cache).unwrap_or_else(|e| panic!("{e}; {need}"));
+    let host_kubectl = kubernetes::require(&cache)
+        .unwrap_or_else(|e| panic!("{e}; {need}"))
+        .binary("kubectl");
+    let evidence = evidence::test_dir("kind_cluster");
+    std::fs::create_dir_all(&evidence).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::detect(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("{}", engine.describe());
+
+    let name = format!("kind-test-{}", std::process::id());
+    let log = evidence.join("kind-create.log");
+    let created = KindCluster::create(&name, &engine, &tool, &image, dir.path(), &log)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let guard = DeleteOnDrop(Some(created));
+    let cluster = guard.0.as_ref().unwrap();
+
+    let listed = cluster::list(&engine, &tool).unwrap();
+    assert!(listed.contains(&name), "kind get clusters: {listed:?}");
+
+    let kubeconfig = &cluster.kubeconfig;
+    let ready = r#"{.items[*].status.conditions[?(@.type=="Ready")].status}"#;
+    wait_until::<_, WaitTimeout>(
+        &name,
+        Duration::from_secs(300),
+        "the node Ready",
+        || match kubectl(
+            &host_kubectl,
+            kubeconfig,
+            &["get", "nodes", "-o", &format!("jsonpath={ready}")],
+        ) {
+            Ok(status) if status.trim() == "True" => Attempt::Ready(()),
+            Ok(status) => retry(format!("Ready={status:?}")),
+            Err(e) => retry(e),
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}; kind's output: {}", log.display()));
+
+    let cluster_ip = kubectl(
+        &host_kubectl,
+        kubeconfig,
+        &[
+            "-n",
+            "kube-system",
+            "get",
+            "service",
+            "kube-dns",
+            "-o",
+            "jsonpath={.spec.clusterIP}",
+        ],
+    )
+    .unwrap();
+    assert_eq!(cluster_ip, "10.96.0.10");
+    let pods = r#"{range .items[*]}{.metadata.name}={.status.podIP},{.status.conditions[?(@.type=="Ready")].status};{end}"#;
+    wait_until::<_, WaitTimeout>(
+        &name,
+        Duration::from_secs(300),
+        "the CoreDNS pods Ready",
+        || match kubectl(
+            &host_kubectl,
+            kubeconfig,
+            &[
+                "-n",
+                "kube-system",
+                "get",
+                "pods",
+                "-l",
+                "k8s-app=kube-dns",
+                "-o",
+                &format!("jsonpath={pods}"),
+            ],
+        ) {
+            Ok(list)
+                if !list.is_empty()
+                    && list
+                        .split(';')
+                        .filter(|p| !p.is_empty())
+                        .all(|p| p.ends_with(",True")) =>
+            {
+                Attempt::Ready(())
+            }
+            Ok(list) => retry(format!("pods: {list:?}")),
+            Err(e) => retry(e),
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+
+    // A query to the ClusterIP from the node goes through kube-proxy's DNAT to a CoreDNS pod.
+    let answer =
+        wait_until::<_, WaitTimeout>(&name, Duration::from_secs(120), "an answer on 10.96.0.10", || {
+            match cluster.exec_in_node(&[
+                "dig",
+                "+short",
+                "+time=2",
+                "+tries=1",
+                "@10.96.0.10",
+                "kubernetes.default.svc.cluster.local",
+            ]) {
+                Ok(out) if !out.trim().is_empty() => Attempt::Ready(out),
+                Ok(out) => retry(format!("dig printed {out:?}")),
+                Err(e) => retry(e),
+            }
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(answer.trim(), "10.96.0.1");
+    let table = cluster
+        .exec_in_node(&["nft", "list", "table", "ip", "kube-proxy"])
+        .unwrap();
+    assert!(
+        table.contains("10.96.0.10"),
+        "kube-proxy's table names the kube-dns ClusterIP:\n{table}"
+    );
+
+    drop(guard);
+    let listed = cluster::list(&engine, &tool).unwrap();
+    assert!(
+        !listed.contains(&name),
+        "kind get clusters after delete: {listed:?}"
+    );
+    let containers = agent::exec::run_stdout(engine.command().args([
+        "ps",
+        "-a",
+        "--filter",
+        &format!("label=io.x-k8s.kind.cluster={name}"),
+        "--format",
+        "{{.Names}}",
+    ]))
+    .unwrap();
+    assert_eq!(containers.trim(), "", "containers left of {name}");
+}
