@@ -30,23 +30,29 @@ pub enum KindError {
         reference: String,
         engine: String,
         #[source]
-        source: CommandFailed,
+        source: Box<CommandFailed>,
     },
     #[error("kind could not create cluster {name} (kind removed what it had made); evidence: {log}")]
     Create {
         name: String,
         log: PathBuf,
         #[source]
-        source: RunLoggedError,
+        source: Box<RunLoggedError>,
     },
     #[error(transparent)]
-    Command(#[from] CommandFailed),
+    Command(Box<CommandFailed>),
     #[error("writing {path}")]
     Write {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
+}
+
+impl From<CommandFailed> for KindError {
+    fn from(err: CommandFailed) -> KindError {
+        KindError::Command(Box::new(err))
+    }
 }
 
 /// A created Kind cluster.
@@ -136,7 +142,7 @@ impl KindCluster {
         .map_err(|source| KindError::Create {
             name: name.to_string(),
             log: log.to_path_buf(),
-            source,
+            source: Box::new(source),
         })?;
         step.finish();
         Ok(cluster)
@@ -228,7 +234,7 @@ pub fn load_image(engine: &Engine, image: &KindNodeImage) -> Result<(), KindErro
     .map_err(|source| KindError::LoadImage {
         reference: image.reference.clone(),
         engine: engine.kind.to_string(),
-        source,
+        source: Box::new(source),
     })?;
     step.finish();
     remove_older_node_images(engine, &image.reference);
