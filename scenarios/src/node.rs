@@ -60,12 +60,22 @@ pub struct ClusterLab {
 impl ClusterLab {
     /// Lab with control plane → artifacts published → VM named after the node booted.
     pub fn boot(node: NodeConfig) -> anyhow::Result<ClusterLab> {
+        ClusterLab::boot_on(node, false)
+    }
+
+    /// [`ClusterLab::boot`] with the lab's cluster a Kind cluster when `kind` is set.
+    pub fn boot_on(node: NodeConfig, kind: bool) -> anyhow::Result<ClusterLab> {
         let test = crate::test_name();
         let cache = harness::cache::Cache::open()?;
         let image = harness::images::host::require(&cache)?;
-        let lab = step("starting the lab with its control plane", || {
+        let what = match kind {
+            true => "starting the lab with its Kind cluster",
+            false => "starting the lab with its control plane",
+        };
+        let lab = step(what, || {
             Ok(Lab::start(LabSpec {
                 control_plane: true,
+                kind_cluster: kind,
                 ..LabSpec::for_test(&test)
             })?)
         })?;
@@ -118,8 +128,23 @@ impl JoinedNode {
         node_config: &Path,
         before_deploy: impl FnOnce(&ClusterLab) -> anyhow::Result<()>,
     ) -> anyhow::Result<JoinedNode> {
+        JoinedNode::join_on(node_config, false, before_deploy)
+    }
+
+    /// A real join of `node_config` into a lab whose cluster is a Kind cluster (no checkpoint
+    /// holds a Kind node yet).
+    pub fn join_kind(node_config: &Path) -> anyhow::Result<JoinedNode> {
+        JoinedNode::join_on(node_config, true, |_| Ok(()))
+    }
+
+    /// [`JoinedNode::join_with`] into a Kind cluster when `kind` is set.
+    fn join_on(
+        node_config: &Path,
+        kind: bool,
+        before_deploy: impl FnOnce(&ClusterLab) -> anyhow::Result<()>,
+    ) -> anyhow::Result<JoinedNode> {
         let node = NodeConfig::load(node_config)?;
-        let booted = ClusterLab::boot(node)?;
+        let booted = ClusterLab::boot_on(node, kind)?;
         step("preparing the VM before deploying", || before_deploy(&booted))?;
         let ClusterLab {
             vm,
@@ -232,10 +257,7 @@ impl JoinedNode {
 
     /// Runs `case`, then the offline check; on failure saves the evidence (and keeps the lab
     /// with `LAB_KEEP=1`); shuts down.
-    pub(crate) fn run(
-        mut self,
-        case: impl FnOnce(&mut JoinedNode) -> anyhow::Result<()>,
-    ) -> anyhow::Result<()> {
+    pub fn run(mut self, case: impl FnOnce(&mut JoinedNode) -> anyhow::Result<()>) -> anyhow::Result<()> {
         let node = &mut self;
         if let Err(err) = case(node).and_then(|()| node.ensure_stayed_offline()) {
             let dir = node.collect_evidence(&format!("{err:#}"));

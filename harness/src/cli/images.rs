@@ -17,9 +17,9 @@ pub enum Command {
     ///
     /// The VM host image (qcow2, kernel, initrd), the nspawn machine rootfs
     /// tarball, the CoreDNS release artifact, the Kubernetes binaries with etcd
-    /// (a cold build compiles Kubernetes from source, ~25 min here), the pause and
-    /// test container images (OCI archives), in the cache at
-    /// $LAB_CACHE_DIR (default ~/.cache/unbounded-lab).
+    /// (a cold build compiles Kubernetes from source, ~10 min on 2 cores), the pause and
+    /// test container images (OCI archives), the `kind` CLI and the Kind node image, in the
+    /// cache at $LAB_CACHE_DIR (default ~/.cache/unbounded-lab).
     Build {
         /// Build only these (default: all).
         #[arg(value_enum)]

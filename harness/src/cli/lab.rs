@@ -41,6 +41,12 @@ pub enum Command {
         /// No Kubernetes control plane.
         #[arg(long)]
         no_control_plane: bool,
+        /// The cluster is a Kind cluster (`kind get clusters` lists it as `lab-<n>`) instead of
+        /// the control plane's processes in the lab namespace: the container engine is chosen
+        /// and said on the first line, the VM joins it at https://192.168.100.3:6443
+        /// (docs/lab.md, "The Kind cluster"). Joins for real: no checkpoint holds a Kind node.
+        #[arg(long, conflicts_with = "no_control_plane")]
+        kind: bool,
         /// Join the node for real even when a checkpoint of it exists (the scenarios save
         /// one per node config; `LAB_NO_CHECKPOINT=1` does the same).
         #[arg(long)]
@@ -105,13 +111,15 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
             no_vm,
             control_plane,
             no_control_plane,
+            kind,
             no_checkpoint,
             at,
         } => up(
             &node_config,
             no_vm,
-            control_plane || !(no_vm || no_control_plane),
-            !no_checkpoint && harness::checkpoint::enabled(),
+            control_plane || kind || !(no_vm || no_control_plane),
+            kind,
+            !no_checkpoint && !kind && harness::checkpoint::enabled(),
             at.number()?,
         ),
         Command::Down { at, timeout } => down(at.number()?, Duration::from_secs(timeout)),
@@ -132,10 +140,14 @@ fn up(
     node_config: &Path,
     no_vm: bool,
     control_plane: bool,
+    kind: bool,
     checkpoint: bool,
     number: u8,
 ) -> anyhow::Result<ExitCode> {
-    let spec = lab_spec(control_plane, number);
+    let spec = LabSpec {
+        kind_cluster: kind,
+        ..lab_spec(control_plane, number)
+    };
     if checkpoint && control_plane && !no_vm {
         let started = Instant::now();
         if let Some((lab, vm)) = resume_from_checkpoint(node_config, spec.clone())? {
@@ -157,7 +169,9 @@ fn up(
         Some((name, BootImage::from(&image)))
     };
     let started = Instant::now();
-    if control_plane {
+    if kind {
+        eprintln!("==> starting the lab and its Kind cluster ...");
+    } else if control_plane {
         eprintln!("==> starting the lab and its control plane (etcd, kube-apiserver, ...) ...");
     }
     let lab = Lab::start(spec)?;

@@ -501,16 +501,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_sandbox_image_becomes_the_labs_pause_and_a_config_without_one_is_refused() {
-        let kinds = "[plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = \"registry.k8s.io/pause:3.10\"\n  x = 1\n";
+    fn the_sandbox_image_becomes_the_labs_pause_oom_scores_are_restricted_and_a_config_without_either_is_refused()
+     {
+        let kinds = concat!(
+            "[plugins.\"io.containerd.grpc.v1.cri\"]\n",
+            "  sandbox_image = \"registry.k8s.io/pause:3.10\"\n",
+            "  x = 1\n",
+            "  restrict_oom_score_adj = false\n",
+        );
         let ours = containerd_config(kinds).unwrap();
         assert!(
             ours.contains(&format!("sandbox_image = \"{}\"", oci::PAUSE_REF)),
             "{ours}"
         );
+        assert!(ours.contains("restrict_oom_score_adj = true"), "{ours}");
+        assert!(!ours.contains("restrict_oom_score_adj = false"), "{ours}");
         assert!(ours.contains("x = 1"), "{ours}");
         let err = containerd_config("version = 2\n").unwrap_err();
         assert!(err.to_string().contains("no sandbox_image"), "{err}");
+        let err = containerd_config("sandbox_image = \"x\"\n").unwrap_err();
+        assert!(err.to_string().contains("no restrict_oom_score_adj"), "{err}");
     }
 
     #[test]

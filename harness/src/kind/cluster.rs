@@ -41,6 +41,10 @@ pub enum KindError {
     },
     #[error(transparent)]
     Command(Box<CommandFailed>),
+    #[error(transparent)]
+    Engine(Box<super::engine::EngineError>),
+    #[error("Kind cluster: {0}")]
+    Kubeconfig(String),
     #[error("writing {path}")]
     Write {
         path: PathBuf,
@@ -94,14 +98,27 @@ nodes:
 }
 
 impl KindCluster {
-    /// Creates cluster `name` (a stale one of that name is deleted first), its configuration
-    /// and kubeconfig in `dir`, Kind's output in `log`.
+    /// Creates cluster `name` with [`kind_config`] (a stale one of that name is deleted first),
+    /// its configuration and kubeconfig in `dir`, Kind's output in `log`.
     pub fn create(
         name: &str,
         engine: &Engine,
         tool: &KindTool,
         image: &KindNodeImage,
         dir: &Path,
+        log: &Path,
+    ) -> Result<KindCluster, KindError> {
+        KindCluster::create_with_config(name, engine, tool, image, dir, &kind_config(), log)
+    }
+
+    /// [`KindCluster::create`] with another Kind configuration.
+    pub fn create_with_config(
+        name: &str,
+        engine: &Engine,
+        tool: &KindTool,
+        image: &KindNodeImage,
+        dir: &Path,
+        config_text: &str,
         log: &Path,
     ) -> Result<KindCluster, KindError> {
         let cluster = KindCluster {
@@ -115,7 +132,7 @@ impl KindCluster {
             source,
         })?;
         let config = dir.join("kind-config.yaml");
-        fs::write(&config, kind_config()).map_err(|source| KindError::Write {
+        fs::write(&config, config_text).map_err(|source| KindError::Write {
             path: config.clone(),
             source,
         })?;
@@ -153,6 +170,19 @@ impl KindCluster {
         format!("{}-control-plane", self.name)
     }
 
+    /// The pid of the control-plane node's init on this host (for its network namespace).
+    pub fn node_pid(&self) -> Result<u32, KindError> {
+        let out = run_stdout(self.engine.command().args([
+            "inspect",
+            "--format",
+            "{{.State.Pid}}",
+            &self.control_plane_container(),
+        ]))?;
+        out.trim()
+            .parse()
+            .map_err(|_| KindError::Kubeconfig(format!("{} inspect printed pid {out:?}", self.engine.kind)))
+    }
+
     /// Runs `args` in the control-plane node (`<engine> exec`); its stdout.
     pub fn exec_in_node(&self, args: &[&str]) -> Result<String, CommandFailed> {
         run_stdout(
@@ -178,6 +208,48 @@ impl KindCluster {
         command.envs(self.engine.env());
         command
     }
+}
+
+/// Removes the node containers and volumes of Kind cluster `name` that a killed harness left in
+/// any engine on this host (what `kind delete cluster` removes), without Kind or a probe: the
+/// stale-lab sweep and `harness lab down` call it for every lab. Returns what it could not remove.
+pub fn remove_leftover_nodes(name: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    for engine in ["podman", "docker"] {
+        let label = format!("label=io.x-k8s.kind.cluster={name}");
+        let Ok(listed) = run_stdout(Command::new(engine).args(["ps", "-a", "-q", "--filter", &label])) else {
+            continue;
+        };
+        let containers: Vec<&str> = listed.split_whitespace().collect();
+        if containers.is_empty() {
+            continue;
+        }
+        let names = run_stdout(
+            Command::new(engine)
+                .args(["inspect", "--format", "{{.Name}}"])
+                .args(&containers),
+        )
+        .unwrap_or_default();
+        if let Err(e) = run(Command::new(engine).args(["rm", "-f", "-v"]).args(&containers)) {
+            problems.push(format!("{engine} rm of Kind cluster {name}'s nodes: {e}"));
+        }
+        for node in names
+            .lines()
+            .map(|n| n.trim().trim_start_matches('/'))
+            .filter(|n| !n.is_empty())
+        {
+            let filter = format!("label={node}=true");
+            let volumes = run_stdout(Command::new(engine).args(["volume", "ls", "-q", "--filter", &filter]))
+                .unwrap_or_default();
+            let volumes: Vec<&str> = volumes.split_whitespace().collect();
+            if !volumes.is_empty()
+                && let Err(e) = run(Command::new(engine).args(["volume", "rm", "-f"]).args(&volumes))
+            {
+                problems.push(format!("{engine} volume rm of node {node}: {e}"));
+            }
+        }
+    }
+    problems
 }
 
 /// Kind bind-mounts the host's `/lib/modules` into every node and the engine refuses a missing

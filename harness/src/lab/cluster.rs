@@ -19,13 +19,15 @@ use super::error::LabError;
 use crate::cache::Cache;
 use crate::controlplane::{ControlPlane, ControlPlaneError, ControlPlaneSpec, ProcessControlPlane};
 use crate::error_chain::Chain;
-use crate::images::{coredns, kubernetes};
+use crate::images::{coredns, kind_node, kind_tool, kubernetes};
 
 /// The images a control plane runs from, found before the lab is made.
 #[derive(Clone, Debug)]
 pub struct ClusterImages {
     kubernetes: kubernetes::KubernetesArtifact,
     coredns: PathBuf,
+    /// A Kind cluster's `kind` and node image; `None`: the processes control plane.
+    kind: Option<crate::kind::KindParts>,
 }
 
 fn missing(err: impl std::error::Error + 'static) -> LabError {
@@ -35,13 +37,21 @@ fn missing(err: impl std::error::Error + 'static) -> LabError {
     ))))
 }
 
-/// Finds the cached Kubernetes binaries and CoreDNS; fails at once naming
-/// `harness images build` when one is missing.
-pub fn images() -> Result<ClusterImages, LabError> {
+/// Finds the cached Kubernetes binaries and CoreDNS (with `kind`, `kind` and the Kind node
+/// image too); fails at once naming `harness images build` when one is missing.
+pub fn images(kind: bool) -> Result<ClusterImages, LabError> {
     let cache = Cache::open().map_err(missing)?;
+    let kind = match kind {
+        false => None,
+        true => Some(crate::kind::KindParts {
+            tool: kind_tool::require(&cache).map_err(missing)?,
+            image: kind_node::require(&cache).map_err(missing)?,
+        }),
+    };
     Ok(ClusterImages {
         kubernetes: kubernetes::require(&cache).map_err(missing)?,
         coredns: coredns::require(&cache).map_err(missing)?.cluster_binary,
+        kind,
     })
 }
 
@@ -98,6 +108,11 @@ pub fn start(
         rbac_dir: rbac_dir(),
         timeout: ControlPlaneSpec::default_timeout(),
     };
+    if let Some(parts) = &images.kind {
+        let plane =
+            crate::kind::KindControlPlane::start(&spec, parts).map_err(|e| LabError::Kind(Box::new(e)))?;
+        return Ok(Box::new(plane));
+    }
     let plane = ProcessControlPlane::start(&spec).map_err(|e| LabError::ControlPlane(Box::new(e)))?;
     Ok(Box::new(plane))
 }

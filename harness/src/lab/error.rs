@@ -42,6 +42,9 @@ pub enum LabError {
     BadPublishPath { path: String, reason: String },
     #[error(transparent)]
     ControlPlane(#[from] Box<crate::controlplane::ControlPlaneError>),
+    /// The lab's Kind cluster could not be created or wired to the lab.
+    #[error(transparent)]
+    Kind(Box<crate::kind::KindError>),
     #[error("the lab's service thread failed: {0}")]
     Services(String),
     #[error("tearing down {lab} left things behind:\n  {}", .problems.join("\n  "))]

@@ -32,6 +32,9 @@ pub struct LabSpec {
     pub http_root: Option<PathBuf>,
     /// Start the Kubernetes control plane in the lab (see [`super::cluster`]); `lab.cluster()`.
     pub control_plane: bool,
+    /// With `control_plane`: a Kind cluster ([`crate::kind::KindControlPlane`]) instead of the
+    /// processes in the lab namespace.
+    pub kind_cluster: bool,
     /// Start the control plane from a copy of this saved state (a checkpoint's PKI, etcd data
     /// and kubeconfigs, [`crate::checkpoint`]) instead of a new cluster.
     pub control_plane_state: Option<PathBuf>,
@@ -138,7 +141,10 @@ impl Lab {
             Some(n) => Want::Exactly(n),
             None => Want::Prefer(preferred_number()),
         };
-        let cluster_images = spec.control_plane.then(super::cluster::images).transpose()?;
+        let cluster_images = spec
+            .control_plane
+            .then(|| super::cluster::images(spec.kind_cluster))
+            .transpose()?;
         let (addrs, swept) = owner::claim(want)?;
         let name = addrs.netns();
         signals::register(&name);

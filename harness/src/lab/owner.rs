@@ -123,11 +123,11 @@ pub fn known_labs() -> Vec<String> {
     names
 }
 
-/// Removes a lab whatever state it is in: kills the processes in its
-/// namespace, deletes the namespace, removes its run directory. Tolerates
+/// Removes a lab whatever state it is in: removes its Kind cluster's node containers, kills the
+/// processes in its namespace, deletes the namespace, removes its run directory. Tolerates
 /// what is already gone; returns what could not be removed.
 pub fn destroy(name: &str) -> Vec<String> {
-    let mut problems = Vec::new();
+    let mut problems = crate::kind::cluster::remove_leftover_nodes(name);
     if let Some(inode) = netns::inode(name) {
         let left = netns::kill_all_in(inode, Duration::from_secs(5));
         for pid in left {

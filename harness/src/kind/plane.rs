@@ -1,0 +1,332 @@
+//! [`KindControlPlane`]: a lab's cluster as a Kind cluster, behind the same
+//! [`ControlPlane`] seam as the processes control plane.
+//!
+//! Kind creates cluster `lab-<n>` in the engine's network; the harness then gives its node a
+//! second link on the lab's bridge, [`KIND_NODE_LAB_IP`] (`192.168.100.3/24`), the way the
+//! system's own e2e wires VMs to Kind: the VMs reach the API server there (its certificate names
+//! it), the lab namespace routes the service CIDR and the node's pod CIDR to it (kube-proxy's
+//! rules in the node DNAT a VM's query to `10.96.0.10` to a CoreDNS pod), and the node routes
+//! each VM's pod CIDR back through the bridge. The cluster's CoreDNS forwards other names to the
+//! lab's upstream DNS. The lab's bootstrap token, the Machina CRDs and the agent daemon's RBAC
+//! are applied as in the processes control plane.
+
+use std::fs;
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+
+use agent::exec::{self, run};
+use base64::Engine as _;
+
+use super::cluster::{KindCluster, KindError};
+use super::engine::Engine;
+use crate::controlplane::access::ClusterAccess;
+use crate::controlplane::bootstrap::{BootstrapToken, rbac_manifests, secret_manifest, to_yaml_stream};
+use crate::controlplane::kubeconfig::{Credentials, KubeconfigSpec};
+use crate::controlplane::{ControlPlane, ControlPlaneSpec};
+use crate::images::kind_node::{KindNodeImage, NODE_POD_CIDR};
+use crate::images::kind_tool::KindTool;
+use crate::lab::addr::{API_SERVER_PORT, LabAddrs, MAX_VMS};
+use crate::progress::Step;
+use crate::wait::{Attempt, WaitTimeout, retry, wait_until};
+
+/// The Kind node's address on the lab's bridge.
+pub const KIND_NODE_LAB_IP: Ipv4Addr = Ipv4Addr::new(192, 168, 100, 3);
+/// The cluster DNS Service (`kube-dns`), kubeadm's tenth address of the service CIDR.
+pub const CLUSTER_DNS_IP: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 10);
+/// The lab VMs whose pod CIDRs the node routes (`10.244.<k>.0/24` via `192.168.100.<10+k>`).
+const ROUTED_VMS: u8 = 8;
+
+/// What a Kind control plane is made from.
+#[derive(Clone, Debug)]
+pub struct KindParts {
+    pub tool: KindTool,
+    pub image: KindNodeImage,
+}
+
+/// A lab's Kind cluster (see the module docs).
+pub struct KindControlPlane {
+    access: ClusterAccess,
+    cluster: Option<KindCluster>,
+}
+
+/// The names of the veth pair joining the Kind node to the lab's bridge: `labkind<n>` in the
+/// lab namespace, `kindlab<n>` until it is moved into the node and named `eth1` there.
+fn veth_names(addrs: &LabAddrs) -> (String, String) {
+    (
+        format!("labkind{}", addrs.number()),
+        format!("kindlab{}", addrs.number()),
+    )
+}
+
+/// The Kind configuration of a lab: [`super::cluster::kind_config`] with the node's lab address
+/// in the API server's certificate.
+pub fn lab_kind_config() -> String {
+    super::cluster::kind_config().replace(
+        "  kind: ClusterConfiguration\n",
+        &format!("  kind: ClusterConfiguration\n  apiServer:\n    certSANs: [\"{KIND_NODE_LAB_IP}\"]\n"),
+    )
+}
+
+impl KindControlPlane {
+    /// Creates the Kind cluster of the lab `spec.addrs` and wires it to the lab (module docs).
+    pub fn start(spec: &ControlPlaneSpec, parts: &KindParts) -> Result<KindControlPlane, KindError> {
+        let started = Instant::now();
+        let name = spec.addrs.netns();
+        for dir in [&spec.state_dir, &spec.log_dir] {
+            fs::create_dir_all(dir).map_err(|source| KindError::Write {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+        }
+        let engine = Engine::detect(&spec.state_dir).map_err(|e| KindError::Engine(Box::new(e)))?;
+        crate::progress::say(&engine.describe());
+        let cluster = KindCluster::create_with_config(
+            &name,
+            &engine,
+            &parts.tool,
+            &parts.image,
+            &spec.state_dir,
+            &lab_kind_config(),
+            &spec.log_dir.join("kind-create.log"),
+        )?;
+        let mut plane = KindControlPlane {
+            access: ClusterAccess {
+                api_server: format!("https://{KIND_NODE_LAB_IP}:{API_SERVER_PORT}"),
+                host_api_server: String::new(),
+                ca_cert_pem: String::new(),
+                bootstrap_token: String::new(),
+                cluster_dns: CLUSTER_DNS_IP,
+                admin_kubeconfig: spec.admin_kubeconfig.clone(),
+                bootstrap_kubeconfig: spec.state_dir.join("bootstrap.kubeconfig"),
+                pki_dir: spec.state_dir.clone(),
+                kubernetes_version: spec.kubernetes_version.clone(),
+                kubectl: spec.bin_dir.join("kubectl"),
+                log_dir: spec.log_dir.clone(),
+            },
+            cluster: Some(cluster),
+        };
+        let step = Step::start(format!("Kind cluster {name}: joining it to the lab's bridge"));
+        plane.wire(spec)?;
+        step.message("the lab's bootstrap token, CRDs and RBAC; CoreDNS forwarding to the lab's DNS");
+        plane.configure(spec)?;
+        step.finish();
+        tracing::info!(lab = %name, took = ?started.elapsed(), "Kind cluster up");
+        Ok(plane)
+    }
+
+    fn cluster(&self) -> &KindCluster {
+        self.cluster
+            .as_ref()
+            .expect("a started Kind control plane has its cluster")
+    }
+
+    /// The veth to the lab's bridge and the routes both ways.
+    fn wire(&self, spec: &ControlPlaneSpec) -> Result<(), KindError> {
+        let addrs = &spec.addrs;
+        let ns = addrs.netns();
+        let pid = self.cluster().node_pid()?;
+        let (lab_end, node_end) = veth_names(addrs);
+        let ip = |args: &[&str]| run(Command::new("ip").args(args)).map(|_| ());
+        let _ = ip(&["-n", &ns, "link", "del", &lab_end]);
+        ip(&["link", "add", &lab_end, "type", "veth", "peer", "name", &node_end])?;
+        ip(&["link", "set", &lab_end, "netns", &ns])?;
+        ip(&[
+            "-n",
+            &ns,
+            "link",
+            "set",
+            &lab_end,
+            "master",
+            &addrs.bridge(),
+            "up",
+        ])?;
+        ip(&["link", "set", &node_end, "netns", &pid.to_string()])?;
+        let in_node = |args: &[&str]| {
+            run(Command::new("nsenter")
+                .args(["-t", &pid.to_string(), "-n", "ip"])
+                .args(args))
+            .map(|_| ())
+        };
+        in_node(&["link", "set", &node_end, "name", "eth1"])?;
+        in_node(&["addr", "add", &format!("{KIND_NODE_LAB_IP}/24"), "dev", "eth1"])?;
+        in_node(&["link", "set", "eth1", "up"])?;
+        for k in 0..ROUTED_VMS.min(MAX_VMS) {
+            if let Some(vm) = addrs.vm_ip(k) {
+                let cidr = crate::lab::cluster::pod_cidr(k);
+                in_node(&["route", "replace", &cidr, "via", &vm.to_string()])?;
+            }
+        }
+        let via = KIND_NODE_LAB_IP.to_string();
+        for cidr in [super::cluster::SERVICE_SUBNET, NODE_POD_CIDR] {
+            ip(&["-n", &ns, "route", "replace", cidr, "via", &via])?;
+        }
+        Ok(())
+    }
+
+    /// The admin and bootstrap kubeconfigs, the lab's objects, CoreDNS's upstream.
+    fn configure(&mut self, spec: &ControlPlaneSpec) -> Result<(), KindError> {
+        let kind_kubeconfig = self.cluster().kubeconfig.clone();
+        let text = fs::read_to_string(&kind_kubeconfig).map_err(|source| KindError::Write {
+            path: kind_kubeconfig.clone(),
+            source,
+        })?;
+        write_file(&spec.admin_kubeconfig, &text)?;
+        let config = kube::config::Kubeconfig::read_from(&kind_kubeconfig)
+            .map_err(|e| KindError::Kubeconfig(format!("{}: {e}", kind_kubeconfig.display())))?;
+        let cluster = config
+            .clusters
+            .first()
+            .and_then(|c| c.cluster.as_ref())
+            .ok_or_else(|| {
+                KindError::Kubeconfig(format!("{} names no cluster", kind_kubeconfig.display()))
+            })?;
+        self.access.host_api_server = cluster.server.clone().unwrap_or_default();
+        let ca = cluster
+            .certificate_authority_data
+            .as_deref()
+            .and_then(|d| base64::engine::general_purpose::STANDARD.decode(d).ok())
+            .and_then(|d| String::from_utf8(d).ok())
+            .ok_or_else(|| KindError::Kubeconfig(format!("{} holds no CA", kind_kubeconfig.display())))?;
+        self.access.ca_cert_pem = ca.clone();
+
+        let token = BootstrapToken::generate()
+            .map_err(|e| KindError::Kubeconfig(format!("generating a bootstrap token: {e}")))?;
+        self.access.bootstrap_token = token.to_string();
+        let bootstrap = KubeconfigSpec {
+            cluster: spec.addrs.netns(),
+            server: self.access.host_api_server.clone(),
+            ca_pem: ca,
+            user: "kubelet-bootstrap".into(),
+            credentials: Credentials::Token(token.to_string()),
+        };
+        let yaml = bootstrap
+            .to_yaml()
+            .map_err(|e| KindError::Kubeconfig(format!("writing the bootstrap kubeconfig: {e}")))?;
+        write_file(&self.access.bootstrap_kubeconfig, &yaml)?;
+
+        let mut docs = vec![secret_manifest(&token)];
+        docs.extend(rbac_manifests());
+        let manifests = spec.state_dir.join("lab-objects.yaml");
+        let yaml = to_yaml_stream(&docs).map_err(|e| KindError::Kubeconfig(format!("rendering: {e}")))?;
+        write_file(&manifests, &yaml)?;
+        let kubectl = |args: &[&str]| -> Result<String, String> {
+            exec::run_stdout(self.access.kubectl().args(args)).map_err(|e| e.to_string())
+        };
+        let files: Vec<String> = [&manifests, &spec.crd_dir, &spec.rbac_dir]
+            .iter()
+            .flat_map(|f| ["-f".to_string(), f.display().to_string()])
+            .collect();
+        let mut apply = vec!["apply"];
+        apply.extend(files.iter().map(String::as_str));
+        wait_until::<_, WaitTimeout>(
+            &spec.addrs.netns(),
+            spec.timeout,
+            "kubectl apply of the lab's objects",
+            || match kubectl(&apply) {
+                Ok(_) => Attempt::Ready(()),
+                Err(e) => retry(e),
+            },
+        )
+        .map_err(|e| KindError::Kubeconfig(e.to_string()))?;
+        let crds = spec.crd_dir.display().to_string();
+        let timeout = format!("--timeout={}s", spec.timeout.as_secs());
+        kubectl(&["wait", "--for=condition=Established", "-f", &crds, &timeout])
+            .map_err(KindError::Kubeconfig)?;
+
+        // CoreDNS forwards what is not the cluster's to the lab's upstream DNS (its `reload`
+        // plugin takes the new Corefile).
+        let corefile = kubectl(&[
+            "-n",
+            "kube-system",
+            "get",
+            "configmap",
+            "coredns",
+            "-o",
+            "jsonpath={.data.Corefile}",
+        ])
+        .map_err(KindError::Kubeconfig)?;
+        let upstream = spec.addrs.dns().ip().to_string();
+        let patched = corefile.replace("forward . /etc/resolv.conf", &format!("forward . {upstream}"));
+        let patch = serde_json::json!({ "data": { "Corefile": patched } }).to_string();
+        kubectl(&[
+            "-n",
+            "kube-system",
+            "patch",
+            "configmap",
+            "coredns",
+            "--type",
+            "merge",
+            "-p",
+            &patch,
+        ])
+        .map_err(KindError::Kubeconfig)?;
+        Ok(())
+    }
+}
+
+fn write_file(path: &Path, text: &str) -> Result<(), KindError> {
+    if let Some(dir) = path.parent() {
+        fs::create_dir_all(dir).map_err(|source| KindError::Write {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+    }
+    fs::write(path, text).map_err(|source| KindError::Write {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+impl ControlPlane for KindControlPlane {
+    fn access(&self) -> &ClusterAccess {
+        &self.access
+    }
+
+    fn pids(&self) -> Vec<i32> {
+        Vec::new()
+    }
+
+    fn stop(&mut self) -> Vec<String> {
+        match self.cluster.take() {
+            Some(cluster) => match cluster.delete() {
+                Ok(()) => Vec::new(),
+                Err(e) => vec![format!("Kind cluster {}: {e}", cluster.name)],
+            },
+            None => Vec::new(),
+        }
+    }
+}
+
+impl Drop for KindControlPlane {
+    fn drop(&mut self) {
+        for problem in self.stop() {
+            tracing::warn!("{problem}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_labs_kind_config_names_the_nodes_lab_address_in_the_api_servers_certificate() {
+        let config: serde_yaml_ng::Value = serde_yaml_ng::from_str(&lab_kind_config()).unwrap();
+        let patch: serde_yaml_ng::Value =
+            serde_yaml_ng::from_str(config["kubeadmConfigPatches"][1].as_str().unwrap()).unwrap();
+        assert_eq!(patch["apiServer"]["certSANs"][0], "192.168.100.3");
+        assert_eq!(
+            patch["controllerManager"]["extraArgs"]["allocate-node-cidrs"],
+            "false"
+        );
+    }
+
+    #[test]
+    fn veth_names_fit_the_kernels_limit() {
+        let addrs = LabAddrs::new(crate::lab::addr::MAX_LAB).unwrap();
+        let (a, b) = veth_names(&addrs);
+        assert!(a.len() <= 15 && b.len() <= 15, "{a} {b}");
+    }
+}

@@ -1,0 +1,75 @@
+//! A lab VM joins a **Kind cluster** (docs/lab.md, "The Kind cluster"): the lab's cluster is made
+//! by Kind's CLI from the lab's node image, the VM's agent joins it with the lab's bootstrap token
+//! at the Kind node's lab address, the Node becomes Ready, and a `ClusterFirst` pod on it resolves
+//! the `kubernetes` Service through LocalDNS's cluster listener, whose CoreDNS forwards to the
+//! `kube-dns` ClusterIP: no CoreDNS of the lab answers there, only the cluster's own CoreDNS pods
+//! behind kube-proxy's rules in the Kind node. The lab's upstream names resolve the same way
+//! (the cluster's CoreDNS forwards them to the lab's DNS). After the lab is down, `kind get
+//! clusters` no longer lists it.
+//!
+//! One real join of `node-configs/localdns.json` (no checkpoint holds a Kind node yet).
+
+use std::time::Duration;
+
+use anyhow::{Context, ensure};
+use harness::cache::Cache;
+use harness::images::kind_tool;
+use harness::kind::{Engine, cluster};
+use scenarios::dns::{CLUSTER_LISTENER, DnsPolicy, Nslookup, Step, lookup_pod, parse_framed, step};
+use scenarios::node::JoinedNode;
+use scenarios::pod_dns::{a_cluster_first_pod_resolves_the_kubernetes_service_through, run_lookup_pod};
+
+/// A lab upstream name the cluster's CoreDNS must forward to the lab's DNS.
+const UPSTREAM_NAME: &str = "kind-upstream.lab.test";
+
+#[test]
+fn a_vm_joins_the_kind_cluster_and_its_cluster_first_pods_resolve_through_the_kube_dns_clusterip()
+-> anyhow::Result<()> {
+    let node = JoinedNode::join_kind(&scenarios::node_config("localdns.json"))?;
+    let lab_name = node.lab.name();
+    let cache = Cache::open()?;
+    let tool = kind_tool::require(&cache)?;
+    let engine = Engine::detect(&harness::evidence::test_dir(&scenarios::test_name()))?;
+    node.run(|node| {
+        let listed = cluster::list(&engine, &tool)?;
+        ensure!(listed.contains(&lab_name), "kind get clusters: {listed:?}");
+        a_cluster_first_pod_resolves_the_kubernetes_service_through(node, CLUSTER_LISTENER)?;
+        let upstream = node.lab.addrs().bridge_ip();
+        node.lab.dns().set_a(UPSTREAM_NAME, &[upstream], 300)?;
+        let pod = lookup_pod(
+            "dns-kind-upstream",
+            &node.deployed.name,
+            &node.artifacts.test_image_ref,
+            DnsPolicy::ClusterFirst,
+            &[Step::nslookup("upstream", "A", UPSTREAM_NAME)],
+        )?;
+        let log = run_lookup_pod(node, &pod)?;
+        let steps = parse_framed(&log)?;
+        let out = Nslookup::parse(step(&steps, "upstream")?.ensure_success()?)?;
+        let addresses = out.addresses_of(UPSTREAM_NAME);
+        ensure!(
+            addresses == [std::net::IpAddr::V4(upstream)],
+            "a ClusterFirst pod resolved {UPSTREAM_NAME} to {addresses:?}, not {upstream} (the \
+             cluster's CoreDNS forwards to the lab's DNS): {out:?}"
+        );
+        ensure!(
+            node.lab.dns().query_count(UPSTREAM_NAME)? >= 1,
+            "the lab's upstream DNS saw no query for {UPSTREAM_NAME}"
+        );
+        Ok(())
+    })?;
+    // `run` shut the lab down, which deletes its Kind cluster.
+    let listed = harness::wait::wait_until::<_, harness::wait::WaitTimeout>(
+        &lab_name,
+        Duration::from_secs(60),
+        "the Kind cluster gone",
+        || match cluster::list(&engine, &tool) {
+            Ok(listed) if !listed.contains(&lab_name) => harness::wait::Attempt::Ready(listed),
+            Ok(listed) => harness::wait::retry(format!("listed: {listed:?}")),
+            Err(e) => harness::wait::retry(e),
+        },
+    )
+    .context("after the lab went down")?;
+    eprintln!("==> kind get clusters after the lab went down: {listed:?}");
+    Ok(())
+}
