@@ -1,8 +1,8 @@
 //! The PR CI workflow cannot run here, so these tests check it: `actionlint` accepts it, its jobs
 //! run the README's test command (`scripts/test.sh`, which `.ci/run` runs whole) in its stages —
 //! lint once, archive once, the archive's tests (the lifecycle and faults scenarios among them) over a matrix
-//! of jobs that split the default run between them — and it uploads the JUnit report always and
-//! the lab's evidence on failure.
+//! of jobs that split the default run between them — it uploads the JUnit report always and
+//! the lab's evidence on failure, and its Go and lab cache keys hash the recipes under `images/`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -467,4 +467,31 @@ fn command_matching_sees_the_test_command_only_as_a_command() {
     assert!(!invokes("echo scripts/test.sh", TEST_COMMAND));
     assert!(!invokes("scripts/test.sh.bak", TEST_COMMAND));
     assert_eq!(command_lines("# scripts/test.sh\n\n  x  \n"), vec!["x"]);
+}
+
+/// The Go and lab caches hold what the recipes under `images/` build: their keys hash those
+/// recipes (with their pins), the Rust side of the builds and the scripts, so a changed pin or
+/// recipe saves a new cache instead of restoring the old one forever.
+#[test]
+fn the_go_and_lab_cache_keys_hash_the_recipes_their_rust_side_and_the_scripts() {
+    let workflow = workflow();
+    let keys: Vec<String> = steps(&workflow)
+        .into_iter()
+        .filter(|(_, step)| {
+            step["uses"]
+                .as_str()
+                .is_some_and(|u| u.starts_with("actions/cache@"))
+        })
+        .filter_map(|(_, step)| step["with"]["key"].as_str().map(str::to_owned))
+        .filter(|key| key.starts_with("go-") || key.starts_with("lab-"))
+        .collect();
+    assert!(keys.len() >= 2, "{WORKFLOW}: no go-/lab- cache keys: {keys:?}");
+    for key in &keys {
+        for input in ["'images/**'", "'harness/src/images/**'", "'scripts/*.sh'"] {
+            assert!(
+                key.contains(input),
+                "{WORKFLOW}: cache key {key:?} does not hash {input}"
+            );
+        }
+    }
 }
