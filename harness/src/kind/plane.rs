@@ -129,6 +129,8 @@ impl KindControlPlane {
         let pid = self.cluster().node_pid()?;
         let (lab_end, node_end) = veth_names(addrs);
         let ip = |args: &[&str]| run(Command::new("ip").args(args)).map(|_| ());
+        // A pair left by an earlier run stopped between `add` and the moves.
+        let _ = ip(&["link", "del", &lab_end]);
         let _ = ip(&["-n", &ns, "link", "del", &lab_end]);
         ip(&["link", "add", &lab_end, "type", "veth", "peer", "name", &node_end])?;
         ip(&["link", "set", &lab_end, "netns", &ns])?;
