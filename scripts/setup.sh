@@ -52,10 +52,13 @@ APT_PACKAGES=(
   nftables conntrack iproute2 dnsutils curl zstd e2fsprogs fakeroot
   shellcheck
   gcc libc6-dev busybox-static
-  # The Kind cluster's container engine where Docker cannot run privileged containers: Podman
-  # with Debian's runc (the lab writes its own containers.conf; nothing goes to /etc).
-  podman runc
 )
+# The Kind cluster's container engine: Docker where its daemon runs (Kind's nodes then run there;
+# installing runc beside Docker's containerd.io would remove it), else Podman with Debian's runc
+# (the lab writes its own containers.conf; nothing goes to /etc).
+if ! docker info >/dev/null 2>&1; then
+  APT_PACKAGES+=(podman runc)
+fi
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
