@@ -14,12 +14,15 @@
 //! * `/kind/images/*.tar`: each image `kubeadm config images list` names, as an OCI archive,
 //!   imported into containerd's `k8s.io` namespace before the kubelet first starts
 //!   ([`IMPORT_UNIT`]); CoreDNS is the cluster build of the lab's CoreDNS under kubeadm's tag;
-//! * `/etc/cni/net.d/10-unbounded-lab.conflist`: a bridge network on [`NODE_POD_CIDR`] (the lab
-//!   has no CNI DaemonSet: Kind's kindnetd is not on the Go module proxy).
+//! * `/etc/cni/net.d/10-unbounded-bridge.conflist`: the agent's bridge network
+//!   (`agent::render::cni`) on [`NODE_POD_CIDR`] (the lab has no CNI DaemonSet: Kind's kindnetd
+//!   is not on the Go module proxy).
 
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use agent::render::cni;
 
 use super::coredns::{self, CoreDnsArtifact};
 use super::entry::{read_json, require_built, write_json};
@@ -43,7 +46,7 @@ pub const IMPORT_UNIT: &str = "unbounded-lab-import-images.service";
 /// The node image's tarball, in the entry.
 pub const TARBALL: &str = "node-image.tar";
 /// Bump when this file changes what a build produces.
-const RECIPE_VERSION: &str = "kind-node-2";
+const RECIPE_VERSION: &str = "kind-node-3";
 const PATH_ENV: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// The parts the node image is made of, each a cache entry of its own.
@@ -219,10 +222,11 @@ fn add_base_files(
     let spec = agent::exec::run_stdout(Command::new("chroot").arg(root).args(["ctr", "oci", "spec"]))?;
     write(root, "etc/containerd/cri-base.json", &cri_base_spec(&spec)?)?;
 
+    // The pod network of the agent's nodes (bridge `cni0`, host-local) on the Kind node's CIDR.
     write(
         root,
-        "etc/cni/net.d/10-unbounded-lab.conflist",
-        &bridge_conflist(),
+        cni::CONFLIST.trim_start_matches('/'),
+        &cni::bridge_conflist(NODE_POD_CIDR),
     )?;
     write(
         root,
@@ -283,30 +287,6 @@ pub fn cri_base_spec(ctr_spec: &str) -> Result<String, ImageError> {
         what: "writing cri-base.json".into(),
         source,
     })
-}
-
-/// The Kind node's pod network: a bridge with host-local addresses in [`NODE_POD_CIDR`].
-pub fn bridge_conflist() -> String {
-    let conf = serde_json::json!({
-        "cniVersion": "1.0.0",
-        "name": "unbounded-lab",
-        "plugins": [
-            {
-                "type": "bridge",
-                "bridge": "cni0",
-                "isGateway": true,
-                "ipMasq": true,
-                "hairpinMode": true,
-                "ipam": {
-                    "type": "host-local",
-                    "ranges": [[{ "subnet": NODE_POD_CIDR }]],
-                    "routes": [{ "dst": "0.0.0.0/0" }]
-                }
-            },
-            { "type": "portmap", "capabilities": { "portMappings": true } }
-        ]
-    });
-    serde_json::to_string_pretty(&conf).expect("a JSON literal serializes") + "\n"
 }
 
 const IMPORT_UNIT_TEXT: &str = "\
@@ -557,16 +537,6 @@ mod tests {
                 "/lib/x86_64-linux-gnu/libc.so.6",
                 "/lib64/ld-linux-x86-64.so.2"
             ]
-        );
-    }
-
-    #[test]
-    fn the_bridge_network_hands_out_the_node_pod_cidr() {
-        let conf: serde_json::Value = serde_json::from_str(&bridge_conflist()).unwrap();
-        assert_eq!(conf["plugins"][0]["type"], "bridge");
-        assert_eq!(
-            conf["plugins"][0]["ipam"]["ranges"][0][0]["subnet"],
-            NODE_POD_CIDR
         );
     }
 }
