@@ -1,7 +1,7 @@
 //! The seam between the lab and whatever runs its cluster: [`ControlPlane`], and the
 //! inputs every implementation gets ([`ControlPlaneSpec`]). [`super::ProcessControlPlane`]
-//! runs the components as processes in the lab namespace; a Kind-backed one (where a
-//! container engine exists) would implement the same trait.
+//! runs the components as processes in the lab namespace; [`crate::kind::KindControlPlane`]
+//! is a Kind cluster wired to the lab.
 
 use std::path::PathBuf;
 use std::time::Duration;
