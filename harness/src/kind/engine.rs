@@ -5,7 +5,7 @@
 //! Docker refuses them, and Podman's defaults fail too (its default ulimits are above the
 //! host's hard limits, which only `CAP_SYS_RESOURCE` may raise; crun refuses hybrid cgroups).
 //! Podman with runc and ulimits at the host's hard limits runs them: that configuration is
-//! written to a lab-owned file ([`containers_conf`]) handed to Podman and Kind through
+//! written to a lab-owned file ([`containers_conf_text`]) handed to Podman and Kind through
 //! `CONTAINERS_CONF`, never to `/etc`.
 //!
 //! [`Engine::detect`] probes each engine with a privileged container of a tiny image it imports
