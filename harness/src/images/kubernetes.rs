@@ -3,7 +3,8 @@
 //!
 //! Layout of a built entry (`<cache>/kubernetes/<key>/`):
 //! * `bin/`: `kube-apiserver`, `kube-controller-manager`, `kube-scheduler`, `kube-proxy`,
-//!   `kubelet`, `kubectl`, `kubeadm`, `etcd` — what the lab's control plane and its Kind node image run;
+//!   `kubelet`, `kubectl`, `kubeadm`, `etcd` — what the lab's control plane and its Kind node
+//!   image run;
 //! * `release/v<ver>/bin/linux/amd64/{kubelet,kubectl}` with `.sha256` holding
 //!   the bare hex digest, so an HTTP server rooted at `release/` answers like
 //!   `https://dl.k8s.io/release` (`Downloads.Kubernetes.BaseURL`);
