@@ -60,7 +60,7 @@ pub struct ClusterLab {
 impl ClusterLab {
     /// Lab with control plane → artifacts published → VM named after the node booted.
     pub fn boot(node: NodeConfig) -> anyhow::Result<ClusterLab> {
-        ClusterLab::boot_on(node, false)
+        ClusterLab::boot_on(node, crate::lab_cluster_is_kind()?)
     }
 
     /// [`ClusterLab::boot`] with the lab's cluster a Kind cluster when `kind` is set.
@@ -128,17 +128,11 @@ impl JoinedNode {
         node_config: &Path,
         before_deploy: impl FnOnce(&ClusterLab) -> anyhow::Result<()>,
     ) -> anyhow::Result<JoinedNode> {
-        JoinedNode::join_on(node_config, false, before_deploy)
-    }
-
-    /// A real join of `node_config` into a lab whose cluster is a Kind cluster (no checkpoint
-    /// holds a Kind node yet).
-    pub fn join_kind(node_config: &Path) -> anyhow::Result<JoinedNode> {
-        JoinedNode::join_on(node_config, true, |_| Ok(()))
+        JoinedNode::join_on(node_config, crate::lab_cluster_is_kind()?, before_deploy)
     }
 
     /// [`JoinedNode::join_with`] into a Kind cluster when `kind` is set.
-    fn join_on(
+    pub fn join_on(
         node_config: &Path,
         kind: bool,
         before_deploy: impl FnOnce(&ClusterLab) -> anyhow::Result<()>,

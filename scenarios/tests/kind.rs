@@ -7,7 +7,8 @@
 //! (the cluster's CoreDNS forwards them to the lab's DNS). After the lab is down, `kind get
 //! clusters` no longer lists it.
 //!
-//! One real join of `node-configs/localdns.json` (no checkpoint holds a Kind node yet).
+//! The node of `node-configs/localdns.json` resumed from its checkpoint on Kind (the Kind node
+//! restored beside the VM, `harness::kind::saved`); the first run joins it for real and saves it.
 
 use std::time::Duration;
 
@@ -25,7 +26,11 @@ const UPSTREAM_NAME: &str = "kind-upstream.lab.test";
 #[test]
 fn a_vm_joins_the_kind_cluster_and_its_cluster_first_pods_resolve_through_the_kube_dns_clusterip()
 -> anyhow::Result<()> {
-    let node = JoinedNode::join_kind(&scenarios::node_config("localdns.json"))?;
+    let node = JoinedNode::resume_or_join_on(
+        &scenarios::node_config("localdns.json"),
+        true,
+        scenarios::resume::prepare_host,
+    )?;
     let lab_name = node.lab.name();
     let cache = Cache::open()?;
     let tool = kind_tool::require(&cache)?;

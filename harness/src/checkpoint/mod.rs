@@ -100,6 +100,16 @@ pub struct NodeInputs<'a> {
     pub crd_dir: &'a Path,
     /// A name for what the test does to the VM before deploying (`""` for nothing).
     pub prepare: &'a str,
+    /// What runs the cluster: [`PROCESSES`], or [`kind_control_plane`] of the node image.
+    pub control_plane: &'a str,
+}
+
+/// [`NodeInputs::control_plane`] of the processes control plane.
+pub const PROCESSES: &str = "processes";
+
+/// [`NodeInputs::control_plane`] of a Kind cluster of node image `image` (its reference).
+pub fn kind_control_plane(image: &str) -> String {
+    format!("kind {image}")
 }
 
 impl CheckpointInputs {
@@ -117,6 +127,7 @@ impl CheckpointInputs {
         map.insert("artifacts".into(), node.artifacts_key.into());
         map.insert("crds".into(), sha256_of_dir(node.crd_dir)?);
         map.insert("prepare".into(), node.prepare.into());
+        map.insert("control-plane".into(), node.control_plane.into());
         Ok(CheckpointInputs(StateInputs(map)))
     }
 
@@ -173,7 +184,11 @@ impl Checkpoint {
                 return Err(stale(format!("{file} is missing or empty")));
             }
         }
-        if !dir.join(CONTROL_PLANE).join("pki").is_dir() || !dir.join(CONTROL_PLANE).join("etcd").is_dir() {
+        let control_plane = dir.join(CONTROL_PLANE);
+        if crate::kind::saved::SavedKindNode::is_in(&control_plane) {
+            crate::kind::saved::SavedKindNode::load(&control_plane)
+                .map_err(|why| stale(format!("{CONTROL_PLANE}/: {why}")))?;
+        } else if !control_plane.join("pki").is_dir() || !control_plane.join("etcd").is_dir() {
             return Err(stale(format!("{CONTROL_PLANE}/ has no pki/ or etcd/")));
         }
         if !info.base_disk.is_file() {
@@ -298,8 +313,8 @@ pub fn find(cache: &Cache, inputs: &CheckpointInputs) -> Option<Checkpoint> {
 }
 
 /// Removes checkpoints that can never be used again: their base disk (the image's saved VM
-/// state) is gone, or a newer checkpoint of the same node exists (the older one's agent,
-/// config or artifacts are outdated). Best effort; prints what it removes.
+/// state) is gone, or a newer checkpoint of the same node on the same kind of cluster exists
+/// (the older one's agent, config or artifacts are outdated). Best effort; prints what it removes.
 pub fn prune(cache: &Cache) {
     let Ok(entries) = fs::read_dir(cache.root().join(KIND)) else {
         return;
@@ -320,7 +335,11 @@ pub fn prune(cache: &Cache) {
             doomed.push((dir, format!("its base disk {} is gone", info.base_disk.display())));
             continue;
         }
-        let node = info.deployed.name.clone();
+        // One newest checkpoint per node and per what runs its cluster.
+        let node = match info.inputs.0.get("control-plane") {
+            Some(plane) if plane != PROCESSES => format!("{} on {plane}", info.deployed.name),
+            _ => info.deployed.name.clone(),
+        };
         match newest.get(&node) {
             Some((at, _)) if *at >= info.saved_at => {
                 doomed.push((dir, format!("a newer checkpoint of node {node} exists")));
@@ -435,6 +454,7 @@ mod tests {
                 artifacts_key: "artifacts",
                 crd_dir: &self.path("crd"),
                 prepare: "search lab.test",
+                control_plane: PROCESSES,
             })
             .unwrap()
         }

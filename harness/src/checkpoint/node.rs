@@ -85,12 +85,6 @@ pub enum NodeCheckpointError {
     Offline(#[from] OfflineError),
     #[error("{what}: {why}")]
     Host { what: String, why: String },
-    #[error("saving the control plane's state {from}: {source}")]
-    CopyState {
-        from: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
 }
 
 impl From<VmError> for NodeCheckpointError {
@@ -117,12 +111,24 @@ pub fn prepare_host(vm: &Vm) -> Result<(), NodeCheckpointError> {
     Ok(())
 }
 
-/// The inputs of the checkpoint of `node` (loaded from `node_config`) as things are now.
+/// The inputs of the checkpoint of `node` (loaded from `node_config`) as things are now, in a
+/// lab whose cluster is a Kind cluster when `kind` is set.
 pub fn inputs(
     cache: &Cache,
     node: &NodeConfig,
     node_config: &Path,
+    kind: bool,
 ) -> Result<CheckpointInputs, NodeCheckpointError> {
+    let control_plane = match kind {
+        false => super::PROCESSES.to_string(),
+        true => {
+            let image = crate::images::kind_node::require(cache).map_err(|e| NodeCheckpointError::Host {
+                what: "the Kind node image".into(),
+                why: Chain(&e).to_string(),
+            })?;
+            super::kind_control_plane(&image.reference)
+        }
+    };
     let image = crate::images::host::require(cache).map_err(|e| NodeCheckpointError::Host {
         what: "the host image".into(),
         why: Chain(&e).to_string(),
@@ -144,6 +150,7 @@ pub fn inputs(
         artifacts_key: &crate::artifacts::published_key(cache)?,
         crd_dir: &crate::lab::cluster::crd_dir(),
         prepare: PREPARED,
+        control_plane: &control_plane,
     })?)
 }
 
@@ -164,11 +171,7 @@ pub fn save(
     let step = crate::progress::Step::start(format!("saving node {} into a checkpoint", deployed.name));
     let save = vm.save_into(out)?;
     step.line(&format!("VM saved in {:.1}s", save.as_secs_f64()));
-    let state = lab.stop_control_plane()?;
-    super::copy_tree(&state, &out.join(CONTROL_PLANE)).map_err(|source| NodeCheckpointError::CopyState {
-        from: state.clone(),
-        source,
-    })?;
+    lab.stop_control_plane_saving(&out.join(CONTROL_PLANE))?;
     lab.shutdown()?;
     step.finish();
     Ok(Saved {

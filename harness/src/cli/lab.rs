@@ -44,7 +44,8 @@ pub enum Command {
         /// The cluster is a Kind cluster (`kind get clusters` lists it as `lab-<n>`) instead of
         /// the control plane's processes in the lab namespace: the container engine is chosen
         /// and said on the first line, the VM joins it at https://192.168.100.3:6443
-        /// (docs/lab.md, "The Kind cluster"). Joins for real: no checkpoint holds a Kind node.
+        /// (docs/lab.md, "The Kind cluster"). A node's checkpoint on Kind holds the Kind node too;
+        /// one on the processes control plane is never used with `--kind`.
         #[arg(long, conflicts_with = "no_control_plane")]
         kind: bool,
         /// Join the node for real even when a checkpoint of it exists (the scenarios save
@@ -243,10 +244,10 @@ fn resume_from_checkpoint(node_config: &Path, spec: LabSpec) -> anyhow::Result<O
     use harness::checkpoint::node::{self as saved_node, NodeCheckpointError};
     let node = harness::node_config::NodeConfig::load(node_config)?;
     let cache = harness::cache::Cache::open()?;
-    let inputs = saved_node::inputs(&cache, &node, node_config)?;
+    let inputs = saved_node::inputs(&cache, &node, node_config, spec.kind_cluster)?;
     let Some(saved) = harness::checkpoint::find(&cache, &inputs) else {
         eprintln!(
-            "==> no checkpoint of node {} for this agent build, node config and images: joining              for real (a scenario run saves one)",
+            "==> no checkpoint of node {} for this agent build, node config and images: joining for real (a scenario run saves one)",
             node.name()
         );
         return Ok(None);

@@ -40,6 +40,8 @@ const STOP_GRACE: Duration = Duration::from_secs(3);
 /// The control plane as processes in the lab namespace (see the module docs).
 pub struct ProcessControlPlane {
     access: ClusterAccess,
+    /// PKI, etcd data, Corefile: what [`ControlPlane::stop_saving`] copies.
+    state_dir: PathBuf,
     /// In start order.
     components: Vec<Component>,
     forwarder: Option<Forwarder>,
@@ -81,6 +83,7 @@ impl ProcessControlPlane {
                 kubectl: bin("kubectl"),
                 log_dir: spec.log_dir.clone(),
             },
+            state_dir: spec.state_dir.clone(),
             components: Vec::new(),
             forwarder: None,
             stopped: false,
@@ -304,6 +307,22 @@ impl ControlPlane for ProcessControlPlane {
 
     fn pids(&self) -> Vec<i32> {
         self.components.iter().map(Component::pid).collect()
+    }
+
+    /// Its state directory (PKI, etcd data, Corefile) copied into `into`.
+    fn stop_saving(&mut self, into: &Path) -> Vec<String> {
+        let problems = self.stop();
+        if !problems.is_empty() {
+            return problems;
+        }
+        let state = self.state_dir.clone();
+        match crate::checkpoint::copy_tree(&state, into) {
+            Ok(()) => Vec::new(),
+            Err(e) => vec![format!(
+                "copying the control plane's state {}: {e}",
+                state.display()
+            )],
+        }
     }
 
     fn stop(&mut self) -> Vec<String> {

@@ -3,7 +3,7 @@
 //! runs the components as processes in the lab namespace; [`crate::kind::KindControlPlane`]
 //! is a Kind cluster wired to the lab.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::access::ClusterAccess;
@@ -17,6 +17,9 @@ pub trait ControlPlane: Send + Sync {
     fn pids(&self) -> Vec<i32>;
     /// Stops everything it started (idempotent); returns what could not be stopped.
     fn stop(&mut self) -> Vec<String>;
+    /// Stops it and saves its state into `into` (a new directory) for a later start from that
+    /// state (`LabSpec::control_plane_state`, a checkpoint's); returns what failed.
+    fn stop_saving(&mut self, into: &Path) -> Vec<String>;
 }
 
 /// The first host loopback port the API server is forwarded to: lab `n` prefers `16443 + n`.

@@ -121,12 +121,7 @@ impl KindCluster {
         config_text: &str,
         log: &Path,
     ) -> Result<KindCluster, KindError> {
-        let cluster = KindCluster {
-            name: name.to_string(),
-            kubeconfig: dir.join("kubeconfig"),
-            engine: engine.clone(),
-            kind: tool.binary.clone(),
-        };
+        let cluster = KindCluster::named(name, engine, tool, dir);
         fs::create_dir_all(dir).map_err(|source| KindError::Write {
             path: dir.to_path_buf(),
             source,
@@ -163,6 +158,21 @@ impl KindCluster {
         })?;
         step.finish();
         Ok(cluster)
+    }
+
+    /// Cluster `name` of `engine`, its kubeconfig in `dir` (nothing is created).
+    pub(super) fn named(name: &str, engine: &Engine, tool: &KindTool, dir: &Path) -> KindCluster {
+        KindCluster {
+            name: name.to_string(),
+            kubeconfig: dir.join("kubeconfig"),
+            engine: engine.clone(),
+            kind: tool.binary.clone(),
+        }
+    }
+
+    /// The engine the cluster's nodes run in.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
     }
 
     /// The control-plane node's container (`<name>-control-plane`).
@@ -203,7 +213,7 @@ impl KindCluster {
         Ok(())
     }
 
-    fn kind(&self) -> Command {
+    pub(super) fn kind(&self) -> Command {
         let mut command = Command::new(&self.kind);
         command.envs(self.engine.env());
         command

@@ -49,6 +49,8 @@ pub struct KindParts {
 pub struct KindControlPlane {
     access: ClusterAccess,
     cluster: Option<KindCluster>,
+    /// The node image's reference in the engine (saved with the node).
+    image: String,
 }
 
 /// The names of the veth pair joining the Kind node to the lab's bridge: `labkind<n>` in the
@@ -70,8 +72,14 @@ pub fn lab_kind_config() -> String {
 }
 
 impl KindControlPlane {
-    /// Creates the Kind cluster of the lab `spec.addrs` and wires it to the lab (module docs).
-    pub fn start(spec: &ControlPlaneSpec, parts: &KindParts) -> Result<KindControlPlane, KindError> {
+    /// Creates the Kind cluster of the lab `spec.addrs` and wires it to the lab (module docs);
+    /// with `restore`, the cluster is restored from the node saved there
+    /// ([`super::saved`], a checkpoint's) instead, its objects and token the saved ones.
+    pub fn start(
+        spec: &ControlPlaneSpec,
+        parts: &KindParts,
+        restore: Option<&Path>,
+    ) -> Result<KindControlPlane, KindError> {
         let started = Instant::now();
         let name = spec.addrs.netns();
         for dir in [&spec.state_dir, &spec.log_dir] {
@@ -82,15 +90,37 @@ impl KindControlPlane {
         }
         let engine = Engine::detect(&spec.state_dir).map_err(|e| KindError::Engine(Box::new(e)))?;
         crate::progress::say(&engine.describe());
-        let cluster = KindCluster::create_with_config(
-            &name,
-            &engine,
-            &parts.tool,
-            &parts.image,
-            &spec.state_dir,
-            &lab_kind_config(),
-            &spec.log_dir.join("kind-create.log"),
-        )?;
+        let (cluster, saved) = match restore {
+            None => (
+                KindCluster::create_with_config(
+                    &name,
+                    &engine,
+                    &parts.tool,
+                    &parts.image,
+                    &spec.state_dir,
+                    &lab_kind_config(),
+                    &spec.log_dir.join("kind-create.log"),
+                )?,
+                None,
+            ),
+            Some(saved) => {
+                let step = Step::start(format!(
+                    "Kind cluster {name}: restoring its node from {}",
+                    saved.display()
+                ));
+                let (cluster, info) = KindCluster::restore(
+                    &name,
+                    &engine,
+                    &parts.tool,
+                    &parts.image,
+                    &spec.state_dir,
+                    saved,
+                    spec.timeout,
+                )?;
+                step.finish();
+                (cluster, Some(info))
+            }
+        };
         let mut plane = KindControlPlane {
             access: ClusterAccess {
                 api_server: format!("https://{KIND_NODE_LAB_IP}:{API_SERVER_PORT}"),
@@ -106,13 +136,24 @@ impl KindControlPlane {
                 log_dir: spec.log_dir.clone(),
             },
             cluster: Some(cluster),
+            image: parts.image.reference.clone(),
         };
         let step = Step::start(format!("Kind cluster {name}: joining it to the lab's bridge"));
         plane.wire(spec)?;
-        step.message("the lab's bootstrap token, CRDs and RBAC; CoreDNS forwarding to the lab's DNS");
-        plane.configure(spec)?;
+        plane.read_kubeconfig(spec)?;
+        match saved {
+            None => {
+                step.message("the lab's bootstrap token, CRDs and RBAC; CoreDNS forwarding to the lab's DNS");
+                let token = BootstrapToken::generate()
+                    .map_err(|e| KindError::Kubeconfig(format!("generating a bootstrap token: {e}")))?;
+                plane.write_bootstrap_kubeconfig(spec, &token.to_string())?;
+                plane.configure(spec, &token)?;
+            }
+            // The saved cluster's etcd holds the lab's objects and its CoreDNS's Corefile.
+            Some(saved) => plane.write_bootstrap_kubeconfig(spec, &saved.bootstrap_token)?,
+        }
         step.finish();
-        tracing::info!(lab = %name, took = ?started.elapsed(), "Kind cluster up");
+        tracing::info!(lab = %name, took = ?started.elapsed(), restored = restore.is_some(), "Kind cluster up");
         Ok(plane)
     }
 
@@ -167,8 +208,9 @@ impl KindControlPlane {
         Ok(())
     }
 
-    /// The admin and bootstrap kubeconfigs, the lab's objects, CoreDNS's upstream.
-    fn configure(&mut self, spec: &ControlPlaneSpec) -> Result<(), KindError> {
+    /// The admin kubeconfig Kind wrote, copied for the lab; the host's API server address and
+    /// the cluster's CA from it.
+    fn read_kubeconfig(&mut self, spec: &ControlPlaneSpec) -> Result<(), KindError> {
         let kind_kubeconfig = self.cluster().kubeconfig.clone();
         let text = fs::read_to_string(&kind_kubeconfig).map_err(|source| KindError::Write {
             path: kind_kubeconfig.clone(),
@@ -191,24 +233,29 @@ impl KindControlPlane {
             .and_then(|d| base64::engine::general_purpose::STANDARD.decode(d).ok())
             .and_then(|d| String::from_utf8(d).ok())
             .ok_or_else(|| KindError::Kubeconfig(format!("{} holds no CA", kind_kubeconfig.display())))?;
-        self.access.ca_cert_pem = ca.clone();
+        self.access.ca_cert_pem = ca;
+        Ok(())
+    }
 
-        let token = BootstrapToken::generate()
-            .map_err(|e| KindError::Kubeconfig(format!("generating a bootstrap token: {e}")))?;
+    /// The bootstrap kubeconfig holding `token`, naming the host's API server address.
+    fn write_bootstrap_kubeconfig(&mut self, spec: &ControlPlaneSpec, token: &str) -> Result<(), KindError> {
         self.access.bootstrap_token = token.to_string();
         let bootstrap = KubeconfigSpec {
             cluster: spec.addrs.netns(),
             server: self.access.host_api_server.clone(),
-            ca_pem: ca,
+            ca_pem: self.access.ca_cert_pem.clone(),
             user: "kubelet-bootstrap".into(),
             credentials: Credentials::Token(token.to_string()),
         };
         let yaml = bootstrap
             .to_yaml()
             .map_err(|e| KindError::Kubeconfig(format!("writing the bootstrap kubeconfig: {e}")))?;
-        write_file(&self.access.bootstrap_kubeconfig, &yaml)?;
+        write_file(&self.access.bootstrap_kubeconfig, &yaml)
+    }
 
-        let mut docs = vec![secret_manifest(&token)];
+    /// The lab's objects (bootstrap token, CRDs, RBAC) and CoreDNS's upstream in a new cluster.
+    fn configure(&mut self, spec: &ControlPlaneSpec, token: &BootstrapToken) -> Result<(), KindError> {
+        let mut docs = vec![secret_manifest(token)];
         docs.extend(rbac_manifests());
         let manifests = spec.state_dir.join("lab-objects.yaml");
         let yaml = to_yaml_stream(&docs).map_err(|e| KindError::Kubeconfig(format!("rendering: {e}")))?;
@@ -288,6 +335,20 @@ impl ControlPlane for KindControlPlane {
 
     fn pids(&self) -> Vec<i32> {
         Vec::new()
+    }
+
+    /// The Kind node saved ([`super::saved`]) with the lab's bootstrap token, then the cluster
+    /// deleted.
+    fn stop_saving(&mut self, into: &Path) -> Vec<String> {
+        let Some(cluster) = &self.cluster else {
+            return vec!["the Kind cluster is already gone".into()];
+        };
+        let saved = cluster.save_node(into, &self.image, &self.access.bootstrap_token);
+        let mut problems = self.stop();
+        if let Err(e) = saved {
+            problems.insert(0, format!("saving the Kind node into {}: {e}", into.display()));
+        }
+        problems
     }
 
     fn stop(&mut self) -> Vec<String> {

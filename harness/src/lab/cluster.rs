@@ -75,8 +75,9 @@ pub fn state_dir(run_dir: &Path) -> PathBuf {
     run_dir.join("control-plane")
 }
 
-/// Starts the process-based control plane of lab `addrs`; with `restore`, from a copy of that
-/// saved state (a checkpoint's, [`crate::checkpoint`]) instead of a new PKI and an empty etcd.
+/// Starts the control plane of lab `addrs` (a Kind cluster when `images` has Kind's parts);
+/// with `restore`, from that saved state (a checkpoint's, [`crate::checkpoint`]: a copy of the
+/// processes' PKI and etcd data, or a Kind node restored from it) instead of a new cluster.
 pub fn start(
     images: &ClusterImages,
     addrs: &LabAddrs,
@@ -85,7 +86,8 @@ pub fn start(
     restore: Option<&Path>,
 ) -> Result<Box<dyn ControlPlane>, LabError> {
     let state = state_dir(run_dir);
-    if let Some(saved) = restore {
+    // A Kind cluster restores its node from the saved files in place (`crate::kind::saved`).
+    if let (Some(saved), None) = (restore, &images.kind) {
         crate::checkpoint::copy_tree(saved, &state).map_err(|e| {
             LabError::ControlPlane(Box::new(ControlPlaneError::Netns {
                 netns: addrs.netns(),
@@ -109,8 +111,8 @@ pub fn start(
         timeout: ControlPlaneSpec::default_timeout(),
     };
     if let Some(parts) = &images.kind {
-        let plane =
-            crate::kind::KindControlPlane::start(&spec, parts).map_err(|e| LabError::Kind(Box::new(e)))?;
+        let plane = crate::kind::KindControlPlane::start(&spec, parts, restore)
+            .map_err(|e| LabError::Kind(Box::new(e)))?;
         return Ok(Box::new(plane));
     }
     let plane = ProcessControlPlane::start(&spec).map_err(|e| LabError::ControlPlane(Box::new(e)))?;

@@ -248,10 +248,11 @@ impl Lab {
         self.cluster.as_deref().map(|c| c.access())
     }
 
-    /// Stops the control plane (its processes and the host forwarder) and returns its state
-    /// directory, which stays until the lab is torn down: what a checkpoint copies. The lab has
-    /// no cluster afterwards; fails naming what could not be stopped.
-    pub fn stop_control_plane(&mut self) -> Result<PathBuf, LabError> {
+    /// Stops the control plane, saving its state into `into` (a new directory: the processes'
+    /// PKI, etcd data and kubeconfigs, or the Kind node, [`crate::kind::saved`]); what a
+    /// checkpoint keeps. The lab has no cluster afterwards; fails naming what could not be
+    /// stopped or saved.
+    pub fn stop_control_plane_saving(&mut self, into: &Path) -> Result<(), LabError> {
         let Some(mut cluster) = self.cluster.take() else {
             return Err(LabError::ControlPlane(Box::new(
                 crate::controlplane::ControlPlaneError::Netns {
@@ -260,14 +261,14 @@ impl Lab {
                 },
             )));
         };
-        let problems = cluster.stop();
+        let problems = cluster.stop_saving(into);
         if !problems.is_empty() {
             return Err(LabError::Leftovers {
                 lab: self.name(),
                 problems,
             });
         }
-        Ok(super::cluster::state_dir(&self.run_dir))
+        Ok(())
     }
 
     /// The pids of the control plane's processes (empty without one).
