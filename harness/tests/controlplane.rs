@@ -272,7 +272,7 @@ fn lab_up_without_the_kubernetes_image_fails_at_once_naming_harness_images_build
     let started = Instant::now();
     let out = agent::exec::run_unchecked(
         Command::new(HARNESS)
-            .args(["lab", "up", "--no-vm", "--control-plane", "--lab", &n])
+            .args(["lab", "up", "--no-vm", "--cluster", "processes", "--lab", &n])
             .env("LAB_CACHE_DIR", empty_cache.path()),
     )
     .unwrap();
@@ -300,7 +300,15 @@ fn lab_up_prints_a_kubeconfig_for_the_hosts_kubectl_and_lab_kubectl_and_dies_wit
     let n = unused_number();
     let name = format!("lab-{n}");
     let mut child = Command::new(HARNESS)
-        .args(["lab", "up", "--no-vm", "--control-plane", "--lab", &n.to_string()])
+        .args([
+            "lab",
+            "up",
+            "--no-vm",
+            "--cluster",
+            "processes",
+            "--lab",
+            &n.to_string(),
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

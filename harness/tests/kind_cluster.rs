@@ -2,7 +2,8 @@
 //! engine the harness chose; its node becomes Ready, the cluster's own CoreDNS runs as the
 //! `kube-dns` Deployment and answers on the Service's ClusterIP through kube-proxy's nftables
 //! rules; the host's kubectl reaches the API server with the kubeconfig Kind wrote; `kind get
-//! clusters` lists it; `kind delete cluster` leaves no container or volume of it.
+//! clusters` lists it; its node is in the cluster's own network, which another cluster's network
+//! cannot reach; `kind delete cluster` leaves no container, volume or network of it.
 //! Needs root, Podman or Docker, and the cached images (`harness images build`).
 
 use std::path::Path;
@@ -63,6 +64,7 @@ fn kind_creates_a_cluster_whose_coredns_answers_on_the_kube_dns_clusterip_and_de
 
     let listed = cluster::list(&engine, &tool).unwrap();
     assert!(listed.contains(&name), "kind get clusters: {listed:?}");
+    the_node_is_in_its_own_network_which_another_labs_network_cannot_reach(&engine, cluster);
 
     let kubeconfig = &cluster.kubeconfig;
     let ready = r#"{.items[*].status.conditions[?(@.type=="Ready")].status}"#;
@@ -173,4 +175,67 @@ fn kind_creates_a_cluster_whose_coredns_answers_on_the_kube_dns_clusterip_and_de
     ]))
     .unwrap();
     assert_eq!(containers.trim(), "", "containers left of {name}");
+    assert!(
+        run(engine
+            .command()
+            .args(["network", "inspect", &cluster::network_of(&name)]))
+        .is_err(),
+        "the network of {name} is left"
+    );
+}
+
+fn run(command: &mut Command) -> Result<String, agent::exec::CommandFailed> {
+    agent::exec::run_stdout(command)
+}
+
+/// A busybox container (the engine's probe image) in `network`, pinging `ip` once.
+fn ping_from(engine: &Engine, network: &str, ip: &str) -> Result<String, agent::exec::CommandFailed> {
+    run(engine.command().args([
+        "run",
+        "--rm",
+        "--net",
+        network,
+        "--entrypoint",
+        "/bin/busybox",
+        harness::kind::engine::PROBE_IMAGE,
+        "ping",
+        "-c",
+        "1",
+        "-W",
+        "3",
+        ip,
+    ]))
+}
+
+/// The node's only network is `kind-<name>`; a container in it reaches the node (the control),
+/// one in another lab's network made the same way does not.
+fn the_node_is_in_its_own_network_which_another_labs_network_cannot_reach(
+    engine: &Engine,
+    cluster: &KindCluster,
+) {
+    let node = cluster.control_plane_container();
+    let networks = run(engine.command().args([
+        "inspect",
+        "--format",
+        "{{range $name, $net := .NetworkSettings.Networks}}{{$name}}={{$net.IPAddress}} {{end}}",
+        &node,
+    ]))
+    .unwrap();
+    let networks: Vec<&str> = networks.split_whitespace().collect();
+    let own = cluster.network();
+    let [only] = networks.as_slice() else {
+        panic!("node {node} is in {networks:?}, not only in {own}");
+    };
+    let (network, ip) = only.split_once('=').unwrap();
+    assert_eq!(network, own, "node {node}'s network");
+    ping_from(engine, &own, ip)
+        .unwrap_or_else(|e| panic!("control: a container in {own} pings the node: {e}"));
+    let other = format!("{own}-other");
+    cluster::ensure_network(engine, &other).unwrap();
+    let reached = ping_from(engine, &other, ip);
+    let _ = run(engine.command().args(["network", "rm", "-f", &other]));
+    assert!(
+        reached.is_err(),
+        "a container in another lab's network {other} reached node {node} at {ip}: {reached:?}"
+    );
 }

@@ -64,18 +64,10 @@ pub fn node_config_paths() -> anyhow::Result<Vec<PathBuf>> {
     Ok(paths)
 }
 
-/// `LAB_CLUSTER`: what runs the cluster of the scenarios' labs, `kind` (a Kind cluster) or
-/// `processes` (the control plane's processes in the lab namespace, the default).
-pub const LAB_CLUSTER_ENV: &str = "LAB_CLUSTER";
-
-/// Whether this run's labs have a Kind cluster ([`LAB_CLUSTER_ENV`]); another value than
-/// `kind` or `processes` is an error naming both.
+/// Whether this run's labs have a Kind cluster: `LAB_CLUSTER` unset or `kind` (the default), not
+/// `processes` ([`harness::lab::ClusterKind`]); another value is an error naming both.
 pub fn lab_cluster_is_kind() -> anyhow::Result<bool> {
-    match std::env::var(LAB_CLUSTER_ENV).as_deref().map(str::trim) {
-        Err(_) | Ok("") | Ok("processes") => Ok(false),
-        Ok("kind") => Ok(true),
-        Ok(other) => anyhow::bail!("{LAB_CLUSTER_ENV}={other:?}: it is `kind` or `processes`"),
-    }
+    Ok(harness::lab::ClusterKind::from_env()?.is_kind())
 }
 
 /// The running test's name, for its evidence directory.

@@ -108,8 +108,9 @@ fn run(lab: &ClusterLab) -> anyhow::Result<()> {
         String::from_utf8_lossy(&out.stderr).trim()
     );
     ensure!(
-        script.contains("\"ApiServer\": \"https://192.168.100.1:6443\""),
-        "the script's config should name the API server as the nodes reach it:\n{script}"
+        script.contains(&format!("\"ApiServer\": \"{}\"", cluster.api_server)),
+        "the script's config should name the API server as the nodes reach it ({}):\n{script}",
+        cluster.api_server
     );
 
     lab.vm.copy_in(

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use harness::lab::{Lab, LabSpec, netns, owner, signals};
+use harness::lab::{ClusterKind, Lab, LabSpec, netns, owner, signals};
 use harness::vm::{BootImage, RunDir, Vm};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -18,14 +18,16 @@ const HAND_NAME: &str = "hello.lab.test";
 
 #[derive(clap::Subcommand)]
 pub enum Command {
-    /// Start lab 0 (namespace `lab-0`, 192.168.100.0/24) with the Kubernetes control plane
-    /// and one VM named after the node config, and keep it until Ctrl-C or `harness lab down`.
+    /// Start lab 0 (namespace `lab-0`, 192.168.100.0/24) with its Kubernetes cluster (a Kind
+    /// cluster unless `--cluster processes`) and one VM named after the node config, and keep it
+    /// until Ctrl-C or `harness lab down`.
     ///
-    /// The VM boots from the cached host image, the control plane runs the cached Kubernetes
-    /// binaries (`harness images build` first). The lab's upstream DNS server is
-    /// 192.168.100.1:53, its artifact server http://192.168.100.1:8080, the API server
-    /// https://192.168.100.1:6443 (on the host https://127.0.0.1:16443); the admin
-    /// kubeconfig's path is printed on stdout (`harness lab kubeconfig`); see docs/lab.md.
+    /// The VM boots from the cached host image, the cluster runs the cached Kubernetes
+    /// binaries and Kind node image (`harness images build` first). The lab's upstream DNS
+    /// server is 192.168.100.1:53, its artifact server http://192.168.100.1:8080, the API server
+    /// https://192.168.100.3:6443 on Kind (https://192.168.100.1:6443 with the processes); the
+    /// address from the host and the admin kubeconfig's path are printed (`harness lab
+    /// kubeconfig`); see docs/lab.md.
     Up {
         /// The node config (`node-configs/<name>.json`); the VM is named after its `name`
         /// (default: the file stem).
@@ -41,13 +43,14 @@ pub enum Command {
         /// No Kubernetes control plane.
         #[arg(long)]
         no_control_plane: bool,
-        /// The cluster is a Kind cluster (`kind get clusters` lists it as `lab-<n>`) instead of
-        /// the control plane's processes in the lab namespace: the container engine is chosen
-        /// and said on the first line, the VM joins it at https://192.168.100.3:6443
-        /// (docs/lab.md, "The Kind cluster"). A node's checkpoint on Kind holds the Kind node too;
-        /// one on the processes control plane is never used with `--kind`.
-        #[arg(long, conflicts_with = "no_control_plane")]
-        kind: bool,
+        /// What runs the cluster: `kind`, a Kind cluster (`kind get clusters` lists it as
+        /// `lab-<n>`; the container engine is chosen and said on the first line; the VM joins it
+        /// at https://192.168.100.3:6443), or `processes`, the control plane's processes in the
+        /// lab namespace (the VM joins at https://192.168.100.1:6443). Default: `LAB_CLUSTER`,
+        /// else `kind` (docs/lab.md, "The Kind cluster"). A node's checkpoint is taken on one
+        /// kind of cluster and resumed only on that kind.
+        #[arg(long, value_enum, conflicts_with = "no_control_plane")]
+        cluster: Option<ClusterKind>,
         /// Join the node for real even when a checkpoint of it exists (the scenarios save
         /// one per node config; `LAB_NO_CHECKPOINT=1` does the same).
         #[arg(long)]
@@ -112,17 +115,23 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
             no_vm,
             control_plane,
             no_control_plane,
-            kind,
+            cluster,
             no_checkpoint,
             at,
-        } => up(
-            &node_config,
-            no_vm,
-            control_plane || kind || !(no_vm || no_control_plane),
-            kind,
-            !no_checkpoint && !kind && harness::checkpoint::enabled(),
-            at.number()?,
-        ),
+        } => {
+            let kind = match cluster {
+                Some(cluster) => cluster,
+                None => ClusterKind::from_env()?,
+            };
+            up(
+                &node_config,
+                no_vm,
+                control_plane || cluster.is_some() || !(no_vm || no_control_plane),
+                kind.is_kind(),
+                !no_checkpoint && harness::checkpoint::enabled(),
+                at.number()?,
+            )
+        }
         Command::Down { at, timeout } => down(at.number()?, Duration::from_secs(timeout)),
         Command::List => list(),
         Command::Status { at, output } => super::lab_inspect::status(at.number()?, output),
@@ -146,7 +155,7 @@ fn up(
     number: u8,
 ) -> anyhow::Result<ExitCode> {
     let spec = LabSpec {
-        kind_cluster: kind,
+        kind_cluster: control_plane && kind,
         ..lab_spec(control_plane, number)
     };
     if checkpoint && control_plane && !no_vm {
@@ -170,7 +179,7 @@ fn up(
         Some((name, BootImage::from(&image)))
     };
     let started = Instant::now();
-    if kind {
+    if control_plane && kind {
         eprintln!("==> starting the lab and its Kind cluster ...");
     } else if control_plane {
         eprintln!("==> starting the lab and its control plane (etcd, kube-apiserver, ...) ...");

@@ -23,7 +23,8 @@ pub struct ClusterAccess {
     pub admin_kubeconfig: PathBuf,
     /// A kubeconfig holding only the bootstrap token, naming `host_api_server`.
     pub bootstrap_kubeconfig: PathBuf,
-    /// The PKI directory (its kubeconfigs name `api_server`).
+    /// The PKI directory (its kubeconfigs name `api_server`); a Kind cluster's PKI stays in its
+    /// node, and this directory holds only its `admin.conf` naming `api_server`.
     pub pki_dir: PathBuf,
     /// `v1.35.4`.
     pub kubernetes_version: String,

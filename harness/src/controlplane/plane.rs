@@ -20,6 +20,10 @@ pub trait ControlPlane: Send + Sync {
     /// Stops it and saves its state into `into` (a new directory) for a later start from that
     /// state (`LabSpec::control_plane_state`, a checkpoint's); returns what failed.
     fn stop_saving(&mut self, into: &Path) -> Vec<String>;
+    /// How to run Kind's CLI against it, when it is a Kind cluster.
+    fn kind_record(&self) -> Option<crate::lab::record::KindRecord> {
+        None
+    }
 }
 
 /// The first host loopback port the API server is forwarded to: lab `n` prefers `16443 + n`.

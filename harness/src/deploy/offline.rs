@@ -8,7 +8,7 @@
 //!   copy at [`COPIED_BUNDLE`] ([`hand_over`]).
 //! * No route: [`Lab::block_artifact_server`] before the VM's first request; [`prove_no_route`]
 //!   shows it from inside the VM (curl: "No route to host" on `:8080`, the nft counter moved)
-//!   with a positive control (the API server on the same address answers).
+//!   with a positive control (the lab's DNS server on the same address answers over TCP).
 //! * Afterwards: [`ensure_no_requests`] (the artifact server logged nothing at all, and the
 //!   reject rule counted no attempt since the probe) and
 //!   [`control_after_unblock`] (with the route back, one request from the VM is logged: the
@@ -18,7 +18,7 @@ use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
 use crate::artifacts::LabArtifacts;
-use crate::lab::addr::{API_SERVER_PORT, HTTP_PORT};
+use crate::lab::addr::HTTP_PORT;
 use crate::lab::{Lab, LabError};
 use crate::vm::{Vm, VmError};
 
@@ -28,6 +28,8 @@ pub const SHARE_MOUNT: &str = "/mnt/lab";
 pub const COPIED_BUNDLE: &str = "/var/lib/unbounded-lab/offline-bundle";
 /// The URL path [`prove_no_route`] and [`control_after_unblock`] ask for (a 404 when reached).
 pub const PROBE_PATH: &str = "/offline-probe";
+/// The name the positive control asks the lab's DNS server for (any answer will do).
+const PROBE_NAME: &str = "offline-control.lab.test";
 
 /// Why the offline setup or its checks failed.
 #[derive(Debug, thiserror::Error)]
@@ -63,8 +65,8 @@ pub enum OfflineError {
     )]
     StillRoutes { vm: String, report: String },
     #[error(
-        "positive control failed: VM {vm} cannot reach the API server on the artifact server's \
-         address either, so the block proves nothing: {report}"
+        "positive control failed: VM {vm} cannot reach the lab's DNS server over TCP on the \
+         artifact server's address either, so the block proves nothing: {report}"
     )]
     NoControl { vm: String, report: String },
     #[error("the artifact server logged {} request(s) while the node was offline:\n{}", .requests.len(), .requests.join("\n"))]
@@ -233,8 +235,8 @@ pub struct NoRoute {
 }
 
 /// From inside `vm`: a connect to the artifact server fails (curl's exit 7, "No route to host"
-/// as a rule) and the lab's reject rule's counter moved, while the API server on the same address answers (the
-/// positive control).
+/// as a rule) and the lab's reject rule's counter moved, while the lab's DNS server on the same
+/// address answers over TCP (the positive control; the API server is elsewhere on a Kind lab).
 pub fn prove_no_route(lab: &Lab, vm: &Vm) -> Result<NoRoute, OfflineError> {
     let bridge = lab.addrs().bridge_ip();
     let url = format!("http://{bridge}:{HTTP_PORT}{PROBE_PATH}");
@@ -262,23 +264,23 @@ pub fn prove_no_route(lab: &Lab, vm: &Vm) -> Result<NoRoute, OfflineError> {
             ),
         });
     }
-    let api = format!("https://{bridge}:{API_SERVER_PORT}/healthz");
-    let control = format!("curl -sk --max-time 30 -o /dev/null -w '%{{http_code}}' {api}");
+    // The lab's DNS server on the same address, over TCP like the blocked HTTP: any answer
+    // (a status line) shows the VM reaches that address.
+    let control = format!("dig +tcp +time=10 +tries=2 @{bridge} {PROBE_NAME} +noall +comments 2>&1");
     let answer = vm
         .run_unchecked(&control)
-        .map_err(vm_err(vm, "reaching the API server"))?;
-    let code = answer.stdout_text();
-    let answered = answer.success() && code.len() == 3 && code != "000";
-    if !answered {
+        .map_err(vm_err(vm, "reaching the lab's DNS server"))?;
+    let comments = answer.stdout_text();
+    let status = comments
+        .lines()
+        .find_map(|l| l.split("status: ").nth(1))
+        .map(|rest| rest.split(',').next().unwrap_or_default().trim().to_string());
+    let Some(status) = status.filter(|_| answer.success()) else {
         return Err(OfflineError::NoControl {
             vm: vm.name().to_string(),
-            report: format!(
-                "`{control}` ended with {}: {code}{}",
-                answer.status,
-                answer.stderr_text()
-            ),
+            report: format!("`{control}` ended with {}: {comments}", answer.status),
         });
-    }
+    };
     let line = output
         .lines()
         .find(|l| l.contains("No route to host"))
@@ -288,7 +290,7 @@ pub fn prove_no_route(lab: &Lab, vm: &Vm) -> Result<NoRoute, OfflineError> {
         .to_string();
     Ok(NoRoute {
         report: format!(
-            "{url}: {line}; {api}: HTTP {code}; {}",
+            "{url}: {line}; DNS over TCP at {bridge}:53: {status}; {}",
             rules
                 .lines()
                 .find(|l| l.contains("reject"))

@@ -107,6 +107,9 @@ pub fn collect(view: &LabView, dir: &Path) -> std::io::Result<PathBuf> {
                         collector.copy_dir("control-plane", "the control plane's logs", &cluster.log_dir);
                     }
                     cluster_listings(&mut collector, cluster);
+                    if let Some(kind) = &cluster.kind {
+                        kind_logs(&mut collector, kind);
+                    }
                 }
                 None => collector.outcome(
                     "cluster/nodes.txt",
@@ -122,6 +125,25 @@ pub fn collect(view: &LabView, dir: &Path) -> std::io::Result<PathBuf> {
         ),
     }
     Ok(collector.finish())
+}
+
+/// `kind export logs` of the lab's Kind cluster into `kind/` (the node's journal, containerd's
+/// and the kubelet's logs, every pod's logs, the engine's inspect output).
+fn kind_logs(collector: &mut Collector, kind: &crate::lab::record::KindRecord) {
+    let into = collector.dir().join("kind");
+    let outcome = agent::exec::run_stdout(
+        std::process::Command::new(&kind.kind)
+            .envs(kind.env.iter().map(|(k, v)| (k, v)))
+            .args(["export", "logs", "--name", &kind.name])
+            .arg(&into),
+    )
+    .map(|out| format!("{out}(the logs are in kind/)\n"))
+    .map_err(|e| e.to_string());
+    collector.outcome(
+        "kind-export-logs.txt",
+        "`kind export logs` of the Kind cluster: its output; the logs in kind/",
+        outcome,
+    );
 }
 
 fn cluster_listings(collector: &mut Collector, cluster: &ClusterRecord) {

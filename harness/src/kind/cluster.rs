@@ -136,6 +136,7 @@ impl KindCluster {
         if list(engine, tool)?.iter().any(|c| c == name) {
             cluster.delete()?;
         }
+        ensure_network(engine, &cluster.network())?;
         let step = Step::start(format!(
             "Kind cluster {name}: kind create cluster ({})",
             engine.kind
@@ -175,6 +176,12 @@ impl KindCluster {
         &self.engine
     }
 
+    /// The engine network of the cluster's nodes, `kind-<name>`: each lab's Kind cluster has
+    /// its own, so two labs' nodes do not reach each other.
+    pub fn network(&self) -> String {
+        network_of(&self.name)
+    }
+
     /// The control-plane node's container (`<name>-control-plane`).
     pub fn control_plane_container(&self) -> String {
         format!("{}-control-plane", self.name)
@@ -203,26 +210,81 @@ impl KindCluster {
         )
     }
 
-    /// `kind delete cluster`: the node containers and their volumes.
+    /// `kind delete cluster`: the node containers and their volumes; then the cluster's network.
     pub fn delete(&self) -> Result<(), KindError> {
         run(self
             .kind()
             .args(["delete", "cluster", "--name", &self.name])
             .arg("--kubeconfig")
             .arg(&self.kubeconfig))?;
-        Ok(())
+        remove_network(self.engine.kind.name(), &self.network()).map_err(|e| KindError::Command(Box::new(e)))
     }
 
+    /// How other processes run Kind's CLI against this cluster (the lab's record).
+    pub fn record(&self) -> crate::lab::record::KindRecord {
+        let command = self.kind();
+        crate::lab::record::KindRecord {
+            name: self.name.clone(),
+            kind: self.kind.clone(),
+            env: command
+                .get_envs()
+                .filter_map(|(k, v)| Some((k.to_str()?.to_string(), v?.to_str()?.to_string())))
+                .collect(),
+        }
+    }
+
+    /// Kind's CLI for this cluster: the engine's environment and the cluster's network.
     pub(super) fn kind(&self) -> Command {
         let mut command = Command::new(&self.kind);
-        command.envs(self.engine.env());
+        command
+            .envs(self.engine.env())
+            .env(self.engine.kind.network_env(), self.network());
         command
     }
 }
 
-/// Removes the node containers and volumes of Kind cluster `name` that a killed harness left in
-/// any engine on this host (what `kind delete cluster` removes), without Kind or a probe: the
-/// stale-lab sweep and `harness lab down` call it for every lab. Returns what it could not remove.
+/// The engine network of Kind cluster `name` ([`KindCluster::network`]).
+pub fn network_of(name: &str) -> String {
+    format!("kind-{name}")
+}
+
+/// Creates the engine network `network` for one cluster's nodes unless it exists (Kind then
+/// uses it as it is): Podman's is isolated (`isolate=true`: no traffic to or from another
+/// isolated network, so two labs' Kind nodes do not reach each other) and has IPv6 where the
+/// host allows it, as Kind's own; Docker isolates its bridge networks from each other itself.
+pub fn ensure_network(engine: &Engine, network: &str) -> Result<(), KindError> {
+    if run(engine.command().args(["network", "inspect", network])).is_ok() {
+        return Ok(());
+    }
+    let create = |extra: &[&str]| {
+        run(engine
+            .command()
+            .args(["network", "create"])
+            .args(extra)
+            .arg(network))
+    };
+    let made = match engine.kind {
+        super::engine::EngineKind::Podman => {
+            create(&["--ipv6", "-o", "isolate=true"]).or_else(|_| create(&["-o", "isolate=true"]))
+        }
+        super::engine::EngineKind::Docker => create(&[]),
+    };
+    made.map(|_| ()).map_err(|e| KindError::Command(Box::new(e)))
+}
+
+/// Removes network `network` of `engine` (the program) unless it is gone already.
+fn remove_network(engine: &str, network: &str) -> Result<(), CommandFailed> {
+    let exists = run(Command::new(engine).args(["network", "inspect", network])).is_ok();
+    if exists {
+        run(Command::new(engine).args(["network", "rm", "-f", network]))?;
+    }
+    Ok(())
+}
+
+/// Removes the node containers, volumes and network of Kind cluster `name` that a killed harness
+/// left in any engine on this host (what `kind delete cluster` and [`KindCluster::delete`]
+/// remove), without Kind or a probe: the stale-lab sweep and `harness lab down` call it for every
+/// lab. Returns what it could not remove.
 pub fn remove_leftover_nodes(name: &str) -> Vec<String> {
     let mut problems = Vec::new();
     for engine in ["podman", "docker"] {
@@ -232,6 +294,9 @@ pub fn remove_leftover_nodes(name: &str) -> Vec<String> {
         };
         let containers: Vec<&str> = listed.split_whitespace().collect();
         if containers.is_empty() {
+            if let Err(e) = remove_network(engine, &network_of(name)) {
+                problems.push(format!("{engine} network rm of Kind cluster {name}: {e}"));
+            }
             continue;
         }
         let names = run_stdout(
@@ -257,6 +322,9 @@ pub fn remove_leftover_nodes(name: &str) -> Vec<String> {
             {
                 problems.push(format!("{engine} volume rm of node {node}: {e}"));
             }
+        }
+        if let Err(e) = remove_network(engine, &network_of(name)) {
+            problems.push(format!("{engine} network rm of Kind cluster {name}: {e}"));
         }
     }
     problems

@@ -43,6 +43,14 @@ impl EngineKind {
         }
     }
 
+    /// The variable that makes Kind put a cluster's nodes in another network than `kind`.
+    pub fn network_env(self) -> &'static str {
+        match self {
+            EngineKind::Docker => "KIND_EXPERIMENTAL_DOCKER_NETWORK",
+            EngineKind::Podman => "KIND_EXPERIMENTAL_PODMAN_NETWORK",
+        }
+    }
+
     fn parse(text: &str) -> Option<EngineKind> {
         match text {
             "docker" => Some(EngineKind::Docker),

@@ -208,8 +208,9 @@ impl KindControlPlane {
         Ok(())
     }
 
-    /// The admin kubeconfig Kind wrote, copied for the lab; the host's API server address and
-    /// the cluster's CA from it.
+    /// The admin kubeconfig Kind wrote, copied for the lab (and, naming the lab address, to
+    /// `admin.conf` in the state directory); the host's API server address and the cluster's
+    /// CA from it.
     fn read_kubeconfig(&mut self, spec: &ControlPlaneSpec) -> Result<(), KindError> {
         let kind_kubeconfig = self.cluster().kubeconfig.clone();
         let text = fs::read_to_string(&kind_kubeconfig).map_err(|source| KindError::Write {
@@ -234,6 +235,10 @@ impl KindControlPlane {
             .and_then(|d| String::from_utf8(d).ok())
             .ok_or_else(|| KindError::Kubeconfig(format!("{} holds no CA", kind_kubeconfig.display())))?;
         self.access.ca_cert_pem = ca;
+        // The same admin kubeconfig naming the API server's lab address, for clients in the lab
+        // namespace (`pki_dir/admin.conf`, as the processes control plane writes it).
+        let in_lab = text.replace(&self.access.host_api_server, &self.access.api_server);
+        write_file(&self.access.pki_dir.join("admin.conf"), &in_lab)?;
         Ok(())
     }
 
@@ -335,6 +340,10 @@ impl ControlPlane for KindControlPlane {
 
     fn pids(&self) -> Vec<i32> {
         Vec::new()
+    }
+
+    fn kind_record(&self) -> Option<crate::lab::record::KindRecord> {
+        self.cluster.as_ref().map(KindCluster::record)
     }
 
     /// The Kind node saved ([`super::saved`]) with the lab's bootstrap token, then the cluster

@@ -14,8 +14,8 @@
 //! ```
 //!
 //! Restoring creates the container as `kind create cluster` does (the same run arguments, the
-//! `io.x-k8s.kind.cluster` label naming the new cluster, a new `/var` volume labelled for
-//! `kind delete cluster`), fills it from the saved files and starts it under the saved hostname,
+//! `io.x-k8s.kind.cluster` label naming the new cluster, the cluster's own network, a new `/var`
+//! volume labelled for `kind delete cluster`), fills it from the saved files and starts it under the saved hostname,
 //! so the Node, its certificates and every object in etcd are the saved ones. Kind's entrypoint
 //! sees the container's new address, rewrites it into the manifests and kubeconfigs and
 //! regenerates the API server's certificate (its SANs, the lab address among them, come from the
@@ -46,8 +46,6 @@ pub const INFO: &str = "kind-node.json";
 /// The files of `/kind` Kind writes at create and its entrypoint reads at every start; the
 /// first two must exist.
 const KIND_FILES: [&str; 4] = ["kubeadm.conf", "old-ipv4", "old-ipv6", "product_uuid"];
-/// The Kind network every node joins (Kind creates it at its first cluster).
-const KIND_NETWORK: &str = "kind";
 /// How long systemd in the node gets to stop before the engine kills it (etcd's data survives
 /// a kill; a longer wait only slows the save).
 const STOP_SECONDS: &str = "10";
@@ -234,11 +232,8 @@ impl KindCluster {
     ) -> Result<(), KindError> {
         let engine = self.engine();
         let container = self.control_plane_container();
-        if run(engine.command().args(["network", "exists", KIND_NETWORK])).is_err()
-            && run(engine.command().args(["network", "inspect", KIND_NETWORK])).is_err()
-        {
-            run(engine.command().args(["network", "create", KIND_NETWORK]))?;
-        }
+        let network = self.network();
+        super::cluster::ensure_network(engine, &network)?;
         let volume =
             run_stdout(
                 engine
@@ -253,7 +248,7 @@ impl KindCluster {
         run(engine
             .command()
             .args(["create", "--name", &container, "--hostname", &info.hostname])
-            .args(restored_node_args(&self.name, &volume))
+            .args(restored_node_args(&self.name, &network, &volume))
             .arg(&info.image))?;
         run(engine
             .command()
@@ -301,9 +296,9 @@ impl KindCluster {
 }
 
 /// The engine arguments `kind create cluster` gives a control-plane node (Kind's Podman and
-/// Docker providers agree on these), for cluster `cluster` with its `/var` on `volume`; the API
-/// server's port goes to a free port of the host's loopback.
-pub fn restored_node_args(cluster: &str, volume: &str) -> Vec<String> {
+/// Docker providers agree on these), for cluster `cluster` in `network` with its `/var` on
+/// `volume`; the API server's port goes to a free port of the host's loopback.
+pub fn restored_node_args(cluster: &str, network: &str, volume: &str) -> Vec<String> {
     [
         "--label",
         &format!("io.x-k8s.kind.cluster={cluster}"),
@@ -322,7 +317,7 @@ pub fn restored_node_args(cluster: &str, volume: &str) -> Vec<String> {
         "KIND_EXPERIMENTAL_CONTAINERD_SNAPSHOTTER",
         "--tty",
         "--net",
-        KIND_NETWORK,
+        network,
         "-e",
         "container=podman",
         "--cgroupns=private",
@@ -342,7 +337,7 @@ mod tests {
 
     #[test]
     fn a_restored_node_carries_kinds_labels_and_its_var_volume() {
-        let args = restored_node_args("lab-4", "vol1");
+        let args = restored_node_args("lab-4", "kind-lab-4", "vol1");
         let joined = args.join(" ");
         assert!(joined.contains("--label io.x-k8s.kind.cluster=lab-4"), "{joined}");
         assert!(
@@ -351,6 +346,7 @@ mod tests {
         );
         assert!(joined.contains("--volume vol1:/var:suid,exec,dev"), "{joined}");
         assert!(joined.contains("--privileged"), "{joined}");
+        assert!(joined.contains("--net kind-lab-4"), "{joined}");
         assert!(joined.contains("--publish 127.0.0.1::6443/tcp"), "{joined}");
     }
 

@@ -199,6 +199,7 @@ impl Lab {
                 log_dir: c.log_dir.clone(),
                 host_api_server: c.host_api_server.clone(),
                 kubernetes_version: c.kubernetes_version.clone(),
+                kind: self.cluster.as_deref().and_then(|plane| plane.kind_record()),
             }),
         }
     }

@@ -33,6 +33,20 @@ pub struct ClusterRecord {
     /// The API server from the host.
     pub host_api_server: String,
     pub kubernetes_version: String,
+    /// The Kind cluster, when the cluster is one.
+    #[serde(default)]
+    pub kind: Option<KindRecord>,
+}
+
+/// How to run Kind's CLI against a lab's Kind cluster (e.g. `kind export logs`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KindRecord {
+    /// `lab-<n>`, as `kind get clusters` lists it.
+    pub name: String,
+    /// The `kind` binary.
+    pub kind: PathBuf,
+    /// Its environment (the provider, Podman's `CONTAINERS_CONF`, the cluster's network).
+    pub env: Vec<(String, String)>,
 }
 
 impl LabRecord {
@@ -72,6 +86,11 @@ mod tests {
                 log_dir: "/t/lab/control-plane".into(),
                 host_api_server: "https://127.0.0.1:16446".into(),
                 kubernetes_version: "v1.35.4".into(),
+                kind: Some(KindRecord {
+                    name: "lab-3".into(),
+                    kind: "/cache/kind".into(),
+                    env: vec![("KIND_EXPERIMENTAL_PROVIDER".into(), "podman".into())],
+                }),
             }),
         };
         record.write(dir.path()).unwrap();
