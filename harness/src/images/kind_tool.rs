@@ -36,6 +36,8 @@ pub struct Recipe {
     pub version: String,
     /// `GOTOOLCHAIN` (`go1.26.8`).
     pub go_toolchain: String,
+    /// crictl's version, without the `v` (`1.34.0`).
+    pub crictl_version: String,
 }
 
 impl Recipe {
@@ -45,6 +47,7 @@ impl Recipe {
         Ok(Recipe {
             version: env.version("KIND_VERSION", "0.33.0")?,
             go_toolchain: env.value("GO_TOOLCHAIN")?,
+            crictl_version: env.version("CRICTL_VERSION", "1.34.0")?,
         })
     }
 
@@ -73,8 +76,9 @@ pub struct KindTool {
 }
 
 /// What a Kind base image must hold of `base-files/`, relative to the node's `/`.
-pub const BASE_FILES: [&str; 4] = [
+pub const BASE_FILES: [&str; 5] = [
     "usr/local/bin/entrypoint",
+    "usr/local/bin/crictl",
     "etc/systemd/system/kubelet.service",
     "etc/systemd/system/kubelet.service.d/10-kubeadm.conf",
     "etc/containerd/config.toml",
@@ -119,8 +123,8 @@ pub fn require(cache: &Cache) -> Result<KindTool, ImageError> {
 
 fn build_into(recipe: &Recipe, out: &Path, log: &Path) -> Result<(), ImageError> {
     let step = Step::start(format!(
-        "building kind v{} (go install, {})",
-        recipe.version, recipe.go_toolchain
+        "building kind v{} and crictl v{} (go install, {})",
+        recipe.version, recipe.crictl_version, recipe.go_toolchain
     ));
     FILES.run_build_script(out, out, log, &step)?;
     step.message("checking the version");
@@ -131,6 +135,16 @@ fn build_into(recipe: &Recipe, out: &Path, log: &Path) -> Result<(), ImageError>
             command: "kind version".into(),
             printed,
             expected: format!("{want:?} first"),
+        });
+    }
+    let crictl = out.join("base-files/usr/local/bin/crictl");
+    let printed = agent::exec::run_stdout(Command::new(&crictl).arg("--version"))?;
+    let want = format!("crictl version v{}", recipe.crictl_version);
+    if printed.trim() != want {
+        return Err(ImageError::UnexpectedOutput {
+            command: format!("{} --version", crictl.display()),
+            printed,
+            expected: format!("{want:?}"),
         });
     }
     step.finish();

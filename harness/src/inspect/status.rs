@@ -11,6 +11,8 @@
 //!   "owner": { "pid": 4242, "alive": true, "command": "harness lab up" },
 //!   "kubernetes_version": "v1.35.4", "api_server": "https://127.0.0.1:16443",
 //!   "kubeconfig": "/run/unbounded-lab/lab-0/kubeconfig",
+//!   "kind": { "cluster": "lab-0", "nodes": [ { "container": "lab-0-control-plane", "state": "running" } ],
+//!             "problem": null },
 //!   "logs": { "lab": ".../lab-up/lab", "control_plane": ".../lab-up/lab/control-plane" },
 //!   "vms": [{
 //!     "name": "localdns", "qemu_pid": 4300, "console": "/run/unbounded-lab/lab-0/vms/localdns/console.log",
@@ -25,6 +27,8 @@
 //! ```
 //!
 //! `problems` lists what could not be found out (guest agent silent, API server unreachable).
+//! `kind` is `null` unless the lab's cluster is a Kind cluster; its nodes are the engine's
+//! containers labelled with the cluster's name and their state.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -51,8 +55,64 @@ pub struct LabStatus {
     pub kubernetes_version: Option<String>,
     pub api_server: Option<String>,
     pub kubeconfig: Option<String>,
+    pub kind: Option<KindStatus>,
     pub logs: LogPlaces,
     pub vms: Vec<VmStatus>,
+}
+
+/// A Kind cluster's node containers, as its engine lists them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct KindStatus {
+    pub cluster: String,
+    pub nodes: Vec<KindNodeStatus>,
+    /// Why the engine could not be asked.
+    pub problem: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct KindNodeStatus {
+    pub container: String,
+    /// The engine's word: `running`, `exited`, ...
+    pub state: String,
+}
+
+/// The node containers of the Kind cluster `kind` names (`<engine> ps -a` by Kind's label).
+pub fn kind_status(kind: &crate::lab::record::KindRecord) -> KindStatus {
+    let engine = kind
+        .env
+        .iter()
+        .find(|(k, _)| k == "KIND_EXPERIMENTAL_PROVIDER")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_else(|| "docker".into());
+    let listed = agent::exec::run_stdout(
+        std::process::Command::new(&engine)
+            .envs(kind.env.iter().map(|(k, v)| (k, v)))
+            .args(["ps", "-a", "--filter"])
+            .arg(format!("label=io.x-k8s.kind.cluster={}", kind.name))
+            .args(["--format", "{{.Names}} {{.State}}"]),
+    );
+    let (nodes, problem) = match listed {
+        Ok(text) => (parse_kind_nodes(&text), None),
+        Err(e) => (Vec::new(), Some(e.to_string())),
+    };
+    KindStatus {
+        cluster: kind.name.clone(),
+        nodes,
+        problem,
+    }
+}
+
+/// `<name> <state>` lines.
+fn parse_kind_nodes(text: &str) -> Vec<KindNodeStatus> {
+    text.lines()
+        .filter_map(|line| {
+            let (container, state) = line.trim().split_once(' ')?;
+            Some(KindNodeStatus {
+                container: container.to_string(),
+                state: state.trim().to_lowercase(),
+            })
+        })
+        .collect()
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -290,6 +350,7 @@ pub fn collect(view: &LabView) -> LabStatus {
         kubernetes_version: cluster.as_ref().map(|c| c.kubernetes_version.clone()),
         api_server: cluster.as_ref().map(|c| c.host_api_server.clone()),
         kubeconfig: cluster.as_ref().map(|c| c.admin_kubeconfig.display().to_string()),
+        kind: cluster.as_ref().and_then(|c| c.kind.as_ref()).map(kind_status),
         logs: LogPlaces {
             lab: view.record.as_ref().ok().map(|r| r.log_dir.display().to_string()),
             control_plane: cluster.as_ref().map(|c| c.log_dir.display().to_string()),
@@ -318,6 +379,22 @@ pub fn render_text(status: &LabStatus) -> String {
         let _ = write!(text, "; Kubernetes {version} at {api}");
     }
     text.push('\n');
+    if let Some(kind) = &status.kind {
+        let nodes: Vec<String> = kind
+            .nodes
+            .iter()
+            .map(|n| format!("{} {}", n.container, n.state))
+            .collect();
+        let _ = match &kind.problem {
+            Some(why) => writeln!(
+                text,
+                "  Kind cluster {}: the engine could not be asked: {why}",
+                kind.cluster
+            ),
+            None if nodes.is_empty() => writeln!(text, "  Kind cluster {}: NO NODE CONTAINER", kind.cluster),
+            None => writeln!(text, "  Kind cluster {}: {}", kind.cluster, nodes.join(", ")),
+        };
+    }
     if status.vms.is_empty() {
         text.push_str("  no VMs\n");
     }
@@ -497,6 +574,11 @@ mod tests {
             kubernetes_version: Some("v1.35.4".into()),
             api_server: Some("https://127.0.0.1:16443".into()),
             kubeconfig: Some("/run/unbounded-lab/lab-0/kubeconfig".into()),
+            kind: Some(KindStatus {
+                cluster: "lab-0".into(),
+                nodes: parse_kind_nodes("lab-0-control-plane Running\n"),
+                problem: None,
+            }),
             logs: LogPlaces {
                 lab: Some("/t/lab-up/lab".into()),
                 control_plane: Some("/t/lab-up/lab/control-plane".into()),
@@ -517,6 +599,7 @@ mod tests {
             keys(&json),
             [
                 "api_server",
+                "kind",
                 "kubeconfig",
                 "kubernetes_version",
                 "lab",
@@ -527,6 +610,8 @@ mod tests {
             ]
         );
         assert_eq!(keys(&json["owner"]), ["alive", "command", "pid"]);
+        assert_eq!(keys(&json["kind"]), ["cluster", "nodes", "problem"]);
+        assert_eq!(json["kind"]["nodes"][0]["state"], "running");
         assert_eq!(keys(&json["logs"]), ["control_plane", "lab"]);
         let vm = &json["vms"][0];
         assert_eq!(
@@ -590,6 +675,7 @@ mod tests {
         for part in [
             "lab-0: owner pid 4242 (harness lab up); Kubernetes v1.35.4 at https://127.0.0.1:16443",
             "  VM localdns: running (QEMU pid 4300)",
+            "  Kind cluster lab-0: lab-0-control-plane running",
             "    Node:       Ready",
             "    slot:       kube1",
             "    localdns:   active",

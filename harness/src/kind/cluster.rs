@@ -217,7 +217,11 @@ impl KindCluster {
             .args(["delete", "cluster", "--name", &self.name])
             .arg("--kubeconfig")
             .arg(&self.kubeconfig))?;
-        remove_network(self.engine.kind.name(), &self.network()).map_err(|e| KindError::Command(Box::new(e)))
+        // Kind's Docker provider leaves a restored node's named `/var` volume (`crate::kind::saved`).
+        let engine = self.engine.kind.name();
+        remove_node_volumes(engine, &self.control_plane_container())
+            .and_then(|()| remove_network(engine, &self.network()))
+            .map_err(|e| KindError::Command(Box::new(e)))
     }
 
     /// How other processes run Kind's CLI against this cluster (the lab's record).
@@ -272,6 +276,18 @@ pub fn ensure_network(engine: &Engine, network: &str) -> Result<(), KindError> {
     made.map(|_| ()).map_err(|e| KindError::Command(Box::new(e)))
 }
 
+/// Removes the volumes of `engine` (the program) labelled `<node>=true`: the node's `/var`, as
+/// Kind's Podman provider and a restored node label it.
+fn remove_node_volumes(engine: &str, node: &str) -> Result<(), CommandFailed> {
+    let filter = format!("label={node}=true");
+    let volumes = run_stdout(Command::new(engine).args(["volume", "ls", "-q", "--filter", &filter]))?;
+    let volumes: Vec<&str> = volumes.split_whitespace().collect();
+    if !volumes.is_empty() {
+        run(Command::new(engine).args(["volume", "rm", "-f"]).args(&volumes))?;
+    }
+    Ok(())
+}
+
 /// Removes network `network` of `engine` (the program) unless it is gone already.
 fn remove_network(engine: &str, network: &str) -> Result<(), CommandFailed> {
     let exists = run(Command::new(engine).args(["network", "inspect", network])).is_ok();
@@ -313,13 +329,7 @@ pub fn remove_leftover_nodes(name: &str) -> Vec<String> {
             .map(|n| n.trim().trim_start_matches('/'))
             .filter(|n| !n.is_empty())
         {
-            let filter = format!("label={node}=true");
-            let volumes = run_stdout(Command::new(engine).args(["volume", "ls", "-q", "--filter", &filter]))
-                .unwrap_or_default();
-            let volumes: Vec<&str> = volumes.split_whitespace().collect();
-            if !volumes.is_empty()
-                && let Err(e) = run(Command::new(engine).args(["volume", "rm", "-f"]).args(&volumes))
-            {
+            if let Err(e) = remove_node_volumes(engine, node) {
                 problems.push(format!("{engine} volume rm of node {node}: {e}"));
             }
         }

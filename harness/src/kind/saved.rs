@@ -30,7 +30,7 @@ use std::time::Duration;
 use agent::exec::{CommandFailed, run, run_stdout};
 
 use super::cluster::{KindCluster, KindError, ensure_lib_modules, load_image};
-use super::engine::Engine;
+use super::engine::{Engine, EngineKind};
 use crate::images::kind_node::KindNodeImage;
 use crate::images::kind_tool::KindTool;
 use crate::wait::{Attempt, WaitTimeout, retry, wait_until};
@@ -248,7 +248,7 @@ impl KindCluster {
         run(engine
             .command()
             .args(["create", "--name", &container, "--hostname", &info.hostname])
-            .args(restored_node_args(&self.name, &network, &volume))
+            .args(restored_node_args(engine.kind, &self.name, &network, &volume))
             .arg(&info.image))?;
         run(engine
             .command()
@@ -295,11 +295,11 @@ impl KindCluster {
     }
 }
 
-/// The engine arguments `kind create cluster` gives a control-plane node (Kind's Podman and
-/// Docker providers agree on these), for cluster `cluster` in `network` with its `/var` on
-/// `volume`; the API server's port goes to a free port of the host's loopback.
-pub fn restored_node_args(cluster: &str, network: &str, volume: &str) -> Vec<String> {
-    [
+/// The engine arguments `kind create cluster` gives a control-plane node in `engine` (Kind's
+/// Podman and Docker providers differ a little), for cluster `cluster` in `network` with its
+/// `/var` on `volume`; the API server's port goes to a free port of the host's loopback.
+pub fn restored_node_args(engine: EngineKind, cluster: &str, network: &str, volume: &str) -> Vec<String> {
+    let mut args: Vec<String> = [
         "--label",
         &format!("io.x-k8s.kind.cluster={cluster}"),
         "--label",
@@ -310,8 +310,6 @@ pub fn restored_node_args(cluster: &str, network: &str, volume: &str) -> Vec<Str
         "--tmpfs",
         "/run",
         "--volume",
-        &format!("{volume}:/var:suid,exec,dev"),
-        "--volume",
         "/lib/modules:/lib/modules:ro",
         "-e",
         "KIND_EXPERIMENTAL_CONTAINERD_SNAPSHOTTER",
@@ -319,7 +317,7 @@ pub fn restored_node_args(cluster: &str, network: &str, volume: &str) -> Vec<Str
         "--net",
         network,
         "-e",
-        "container=podman",
+        &format!("container={}", engine.name()),
         "--cgroupns=private",
         "--publish",
         "127.0.0.1::6443/tcp",
@@ -328,7 +326,22 @@ pub fn restored_node_args(cluster: &str, network: &str, volume: &str) -> Vec<Str
     ]
     .iter()
     .map(|s| s.to_string())
-    .collect()
+    .collect();
+    let engine_args: &[&str] = match engine {
+        EngineKind::Podman => &["--volume", &format!("{volume}:/var:suid,exec,dev")],
+        EngineKind::Docker => &[
+            "--volume",
+            &format!("{volume}:/var"),
+            "--security-opt",
+            "seccomp=unconfined",
+            "--security-opt",
+            "apparmor=unconfined",
+            "--restart=on-failure:1",
+            "--init=false",
+        ],
+    };
+    args.extend(engine_args.iter().map(|s| s.to_string()));
+    args
 }
 
 #[cfg(test)]
@@ -337,8 +350,9 @@ mod tests {
 
     #[test]
     fn a_restored_node_carries_kinds_labels_and_its_var_volume() {
-        let args = restored_node_args("lab-4", "kind-lab-4", "vol1");
+        let args = restored_node_args(EngineKind::Podman, "lab-4", "kind-lab-4", "vol1");
         let joined = args.join(" ");
+        assert!(joined.contains("-e container=podman"), "{joined}");
         assert!(joined.contains("--label io.x-k8s.kind.cluster=lab-4"), "{joined}");
         assert!(
             joined.contains("--label io.x-k8s.kind.role=control-plane"),
@@ -347,6 +361,10 @@ mod tests {
         assert!(joined.contains("--volume vol1:/var:suid,exec,dev"), "{joined}");
         assert!(joined.contains("--privileged"), "{joined}");
         assert!(joined.contains("--net kind-lab-4"), "{joined}");
+        let docker = restored_node_args(EngineKind::Docker, "lab-4", "kind-lab-4", "vol1").join(" ");
+        assert!(docker.contains("--volume vol1:/var "), "{docker}");
+        assert!(docker.contains("-e container=docker"), "{docker}");
+        assert!(docker.contains("seccomp=unconfined"), "{docker}");
         assert!(joined.contains("--publish 127.0.0.1::6443/tcp"), "{joined}");
     }
 
