@@ -1,7 +1,8 @@
 //! [`KindControlPlane`]: a lab's cluster as a Kind cluster, behind the same
 //! [`ControlPlane`] seam as the processes control plane.
 //!
-//! Kind creates cluster `lab-<n>` in the engine's network; the harness then gives its node a
+//! Kind creates cluster `lab-<n>` in the lab's own engine network (`kind-lab-<n>`), or its node
+//! is restored from a checkpoint ([`super::saved`]); the harness then gives the node a
 //! second link on the lab's bridge, [`KIND_NODE_LAB_IP`] (`192.168.100.3/24`), the way the
 //! system's own e2e wires VMs to Kind: the VMs reach the API server there (its certificate names
 //! it), the lab namespace routes the service CIDR and the node's pod CIDR to it (kube-proxy's

@@ -1,6 +1,7 @@
 //! The lab's Kubernetes cluster: the control plane a lab starts when
-//! `LabSpec.control_plane` is set (processes in its namespace, see
-//! [`crate::controlplane`]), and the routes to each VM's pod CIDR.
+//! `LabSpec.control_plane` is set — a Kind cluster with `LabSpec.kind_cluster`
+//! ([`crate::kind`]), else processes in its namespace ([`crate::controlplane`], the table
+//! below) — and the routes to each VM's pod CIDR.
 //!
 //! | what | where |
 //! |---|---|
