@@ -172,7 +172,7 @@ impl KindCluster {
     }
 
     /// The engine the cluster's nodes run in.
-    pub fn engine(&self) -> &Engine {
+    pub(super) fn engine(&self) -> &Engine {
         &self.engine
     }
 
