@@ -1,7 +1,8 @@
 //! `reset`'s removal of what the node's processes leave in the shared host network namespace, on
 //! this kernel's nftables and links in a fresh network namespace: the CNI bridge and the
-//! `KUBE-*`/`CNI-*` chains go with the rules jumping to them, tables left empty go, an operator's
-//! tables, chains and rules stay, and a second run finds nothing. Needs root.
+//! `KUBE-*`/`CNI-*` chains go with the rules jumping to them, tables left empty go, kube-proxy's
+//! nftables tables (`ip`/`ip6 kube-proxy`) go whole, an operator's tables, chains and rules stay
+//! (an `inet kube-proxy` table is not kube-proxy's), and a second run finds nothing. Needs root.
 
 mod hostnet_support;
 
@@ -32,6 +33,16 @@ table ip6 mangle {
 table ip operator {
     chain input { type filter hook input priority 0; policy accept; tcp dport 22 accept; }
 }
+table ip kube-proxy {
+    chain services { ip daddr 10.96.0.10 udp dport 53 counter; }
+    chain nat-output { type nat hook output priority -100; policy accept; jump services; }
+}
+table ip6 kube-proxy {
+    chain services { }
+}
+table inet kube-proxy {
+    chain operator-named-it-so { }
+}
 "#;
 
 fn nft(args: &[&str]) -> String {
@@ -61,7 +72,7 @@ fn the_nodes_bridge_and_chains_go_and_the_operators_rules_stay() {
     let tables = nft(&["list", "tables"]);
     assert_eq!(
         tables.lines().collect::<Vec<_>>(),
-        ["table ip6 mangle", "table ip operator"],
+        ["table ip6 mangle", "table ip operator", "table inet kube-proxy"],
         "{report}"
     );
     let operator = nft(&["list", "table", "ip", "operator"]);
@@ -75,7 +86,13 @@ fn the_nodes_bridge_and_chains_go_and_the_operators_rules_stay() {
         exec::run(Command::new("ip").args(["link", "show", "dev", "cni0"])).is_err(),
         "cni0 is still there"
     );
-    for gone in ["link cni0", "nft table ip filter", "nft table ip nat"] {
+    for gone in [
+        "link cni0",
+        "nft table ip filter",
+        "nft table ip nat",
+        "nft table ip kube-proxy",
+        "nft table ip6 kube-proxy",
+    ] {
         assert!(
             report.removed.iter().any(|r| r == gone),
             "{gone} not reported: {report}"

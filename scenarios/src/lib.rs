@@ -17,6 +17,7 @@ pub mod cni_results;
 pub mod conntrack_burst;
 pub mod dns;
 pub mod host_state;
+pub mod kube_proxy;
 pub mod lifecycle;
 pub mod listener_probe;
 pub mod metrics;

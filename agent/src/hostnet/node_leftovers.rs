@@ -1,8 +1,10 @@
 //! What the node's own processes leave in the host's network namespace, which the machine shares:
-//! the CNI bridge (`cni0`) and the iptables-nft chains of kubelet, kube-proxy and the CNI plugins
-//! (`KUBE-*`, `CNI-*`) with the rules of other chains that jump to them. `reset` removes them
-//! after the machines stopped; a table is deleted only when it held such chains and nothing else
-//! is left in it, so an operator's own tables and chains stay (docs/lifecycle.md, "reset").
+//! the CNI bridge (`cni0`), the iptables-nft chains of kubelet, kube-proxy and the CNI plugins
+//! (`KUBE-*`, `CNI-*`) with the rules of other chains that jump to them, and the tables of
+//! kube-proxy's nftables mode (`ip kube-proxy`, `ip6 kube-proxy`, which it owns whole). `reset`
+//! removes them after the machines stopped; a table of iptables-nft is deleted only when it held
+//! such chains and nothing else is left in it, so an operator's own tables and chains stay
+//! (docs/lifecycle.md, "reset").
 
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -20,6 +22,20 @@ pub fn is_node_chain(name: &str) -> bool {
 
 /// A table: (family, name).
 pub type Table = (String, String);
+
+/// The tables kube-proxy's nftables mode creates and owns whole.
+pub const KUBE_PROXY_TABLES: [(&str, &str); 2] = [("ip", "kube-proxy"), ("ip6", "kube-proxy")];
+
+/// The tables of [`KUBE_PROXY_TABLES`] present in a ruleset (`nft -j list ruleset`).
+pub fn kube_proxy_tables(ruleset: &Value) -> Vec<Table> {
+    let items = ruleset["nftables"].as_array().cloned().unwrap_or_default();
+    items
+        .iter()
+        .filter_map(|item| item.get("table"))
+        .map(|t| table_of(t, "name"))
+        .filter(|(f, n)| KUBE_PROXY_TABLES.contains(&(f.as_str(), n.as_str())))
+        .collect()
+}
 
 /// The commands that take the node's chains out of a ruleset (`nft -j list ruleset`), as one
 /// JSON batch for `nft -j -f` (no quoting of names): rules of other chains jumping to them, then
@@ -126,6 +142,9 @@ pub fn plan() -> Vec<String> {
         out.push(format!("delete link {}", crate::render::cni::BRIDGE));
     }
     if let Ok(rules) = ruleset() {
+        for (family, table) in kube_proxy_tables(&rules) {
+            out.push(format!("delete nft table {family} {table} (kube-proxy's)"));
+        }
         let (commands, tables) = removal_commands(&rules);
         if !commands.is_empty() {
             let names: Vec<String> = tables.iter().map(|(f, t)| format!("{f} {t}")).collect();
@@ -155,6 +174,13 @@ pub fn remove(report: &mut ResetReport) {
             return;
         }
     };
+    for (family, table) in kube_proxy_tables(&rules) {
+        let what = format!("nft table {family} {table}");
+        match exec::run(Command::new("nft").args(["delete", "table", &family, &table])) {
+            Ok(_) => report.removed.push(what),
+            Err(e) => report.failed.push((what, format!("{e:#}"))),
+        }
+    }
     let (commands, tables) = removal_commands(&rules);
     if commands.is_empty() {
         return;
@@ -190,6 +216,24 @@ mod tests {
 
     fn ruleset(items: Value) -> Value {
         serde_json::json!({ "nftables": items })
+    }
+
+    #[test]
+    fn kube_proxys_own_tables_are_found_and_no_other() {
+        let rules = ruleset(serde_json::json!([
+            {"table": {"family": "ip", "name": "kube-proxy", "handle": 1}},
+            {"table": {"family": "ip6", "name": "kube-proxy", "handle": 2}},
+            {"table": {"family": "inet", "name": "kube-proxy", "handle": 3}},
+            {"table": {"family": "ip", "name": "unbounded_localdns", "handle": 4}},
+            {"chain": {"family": "ip", "table": "kube-proxy", "name": "services", "handle": 5}}
+        ]));
+        assert_eq!(
+            kube_proxy_tables(&rules),
+            vec![
+                ("ip".to_string(), "kube-proxy".to_string()),
+                ("ip6".to_string(), "kube-proxy".to_string())
+            ]
+        );
     }
 
     #[test]

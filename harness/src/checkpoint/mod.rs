@@ -107,9 +107,10 @@ pub struct NodeInputs<'a> {
 /// [`NodeInputs::control_plane`] of the processes control plane.
 pub const PROCESSES: &str = "processes";
 
-/// [`NodeInputs::control_plane`] of a Kind cluster of node image `image` (its reference).
+/// [`NodeInputs::control_plane`] of a Kind cluster of node image `image` (its reference), set up
+/// as [`crate::kind::plane::setup_key`] says.
 pub fn kind_control_plane(image: &str) -> String {
-    format!("kind {image}")
+    format!("kind {image} setup {}", crate::kind::plane::setup_key())
 }
 
 impl CheckpointInputs {
@@ -335,9 +336,13 @@ pub fn prune(cache: &Cache) {
             doomed.push((dir, format!("its base disk {} is gone", info.base_disk.display())));
             continue;
         }
-        // One newest checkpoint per node and per what runs its cluster.
+        // One newest checkpoint per node and per kind of cluster (`kind`, whatever its node
+        // image and setup, or the processes).
         let node = match info.inputs.0.get("control-plane") {
-            Some(plane) if plane != PROCESSES => format!("{} on {plane}", info.deployed.name),
+            Some(plane) if plane != PROCESSES => {
+                let kind = plane.split(' ').next().unwrap_or_default();
+                format!("{} on {kind}", info.deployed.name)
+            }
             _ => info.deployed.name.clone(),
         };
         match newest.get(&node) {

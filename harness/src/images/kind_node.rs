@@ -5,7 +5,9 @@
 //!
 //! Layout of a built entry (`<cache>/kind-node/<key>/`): `node-image.tar` (the node's root,
 //! loaded into the engine with `import`), `images.json` (the container images inside, with
-//! their sources), `packages.txt` (`dpkg -l`) and `image.json`.
+//! their sources), `packages.txt` (`dpkg -l`), `image.json`, and
+//! `container-images/amd64/kube-proxy-<tag>.tar` (+ `.sha256`): the same kube-proxy archive as
+//! inside, which the lab publishes for the VMs (their kube-proxy DaemonSet pods run it).
 //!
 //! In the node:
 //! * `/usr/local/bin/entrypoint`, `/kind/bin/*`, the containerd and kubelet units: Kind's base
@@ -31,7 +33,7 @@ use super::kind_tool::{self, KindTool};
 use super::kubernetes::{self, KubernetesArtifact};
 use super::mmdebstrap::{self, MANIFEST, Recipe};
 use super::oci::{self, OciImages};
-use super::oci_layout::{ImageSpec, LayerEntry, write_archive};
+use super::oci_layout::{ImageSpec, LayerEntry, WrittenImage, write_archive};
 use crate::cache::{Cache, RecipeKey};
 use crate::progress::{Step, run_logged};
 
@@ -46,7 +48,7 @@ pub const IMPORT_UNIT: &str = "unbounded-lab-import-images.service";
 /// The node image's tarball, in the entry.
 pub const TARBALL: &str = "node-image.tar";
 /// Bump when this file changes what a build produces.
-const RECIPE_VERSION: &str = "kind-node-3";
+const RECIPE_VERSION: &str = "kind-node-4";
 const PATH_ENV: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// The parts the node image is made of, each a cache entry of its own.
@@ -94,6 +96,15 @@ pub struct KindNodeImage {
     pub kubernetes_version: String,
     /// The container images inside (`registry.k8s.io/kube-apiserver:v1.35.4`, ...).
     pub images: Vec<NodeImageContent>,
+    /// The kube-proxy image's archive in the entry, for the lab's VMs (`ContainerImages`).
+    pub kube_proxy: oci::ManifestImage,
+}
+
+impl KindNodeImage {
+    /// Where an archive of the entry (`kube_proxy.file`) is.
+    pub fn path_of(&self, image: &oci::ManifestImage) -> PathBuf {
+        self.dir.join(&image.file)
+    }
 }
 
 /// One container image inside the node image.
@@ -157,7 +168,13 @@ fn build_into(parts: &Parts, key: &RecipeKey, out: &Path, log: &Path) -> Result<
     let step = Step::start("Kind node image: Kind's base files, Kubernetes, container images");
     let version = format!("v{}", parts.kubernetes.version);
     add_base_files(&root, parts, &version, log, &step)?;
-    let images = add_container_images(&root, parts, &version)?;
+    let (images, kube_proxy) = add_container_images(&root, parts, &version)?;
+    let source = images
+        .iter()
+        .find(|i| image_name(&i.reference) == "kube-proxy")
+        .map(|i| i.source.clone())
+        .unwrap_or_default();
+    let kube_proxy = keep_kube_proxy(out, kube_proxy, &source)?;
     run_logged(
         Command::new("chroot").arg(&root).args([
             "systemctl",
@@ -194,6 +211,7 @@ fn build_into(parts: &Parts, key: &RecipeKey, out: &Path, log: &Path) -> Result<
         reference: format!("{IMAGE_REPOSITORY}:{}", &key.hex()[..16]),
         kubernetes_version: version,
         images,
+        kube_proxy,
     };
     write_json(&out.join("image.json"), &image)
 }
@@ -309,12 +327,13 @@ WantedBy=multi-user.target
 RequiredBy=kubelet.service
 ";
 
-/// Writes the archive of every image `kubeadm config images list` names into `/kind/images/`.
+/// Writes the archive of every image `kubeadm config images list` names into `/kind/images/`;
+/// returns them and kube-proxy's archive as written.
 fn add_container_images(
     root: &Path,
     parts: &Parts,
     version: &str,
-) -> Result<Vec<NodeImageContent>, ImageError> {
+) -> Result<(Vec<NodeImageContent>, Option<WrittenImage>), ImageError> {
     let listed = agent::exec::run_stdout(Command::new(parts.kubernetes.binary("kubeadm")).args([
         "config",
         "images",
@@ -326,6 +345,7 @@ fn add_container_images(
     fs::create_dir_all(&dir).map_err(io_err("creating", &dir))?;
     let mtime: u64 = mmdebstrap::SOURCE_DATE_EPOCH.parse().unwrap_or_default();
     let mut contents = Vec::new();
+    let mut kube_proxy = None;
     for reference in listed.lines().map(str::trim).filter(|l| !l.is_empty()) {
         let name = image_name(reference);
         let path = format!("kind/images/{name}.tar");
@@ -345,7 +365,10 @@ fn add_container_images(
             }
             _ => {
                 let (spec, source) = component_image(root, parts, reference, name, mtime)?;
-                write_archive(&spec, &root.join(&path))?;
+                let written = write_archive(&spec, &root.join(&path))?;
+                if name == "kube-proxy" {
+                    kube_proxy = Some(written);
+                }
                 source
             }
         };
@@ -355,7 +378,34 @@ fn add_container_images(
             source,
         });
     }
-    Ok(contents)
+    Ok((contents, kube_proxy))
+}
+
+/// Copies the node's kube-proxy archive to `container-images/<arch>/kube-proxy-<tag>.tar` of the
+/// entry, with its `.sha256`, for the lab's VMs.
+fn keep_kube_proxy(
+    out: &Path,
+    written: Option<WrittenImage>,
+    source: &str,
+) -> Result<oci::ManifestImage, ImageError> {
+    let written = written.ok_or_else(|| ImageError::KindNode("kubeadm lists no kube-proxy image".into()))?;
+    let file = format!(
+        "container-images/{}/kube-proxy-{}.tar",
+        oci::ARCH,
+        oci::tag(&written.reference)
+    );
+    let to = out.join(&file);
+    if let Some(dir) = to.parent() {
+        fs::create_dir_all(dir).map_err(io_err("creating", dir))?;
+    }
+    fs::copy(&written.path, &to).map_err(io_err("copying to", &to))?;
+    super::entry::write_sidecar_with(&to, &written.sha256)?;
+    Ok(oci::manifest_image(
+        "kube-proxy",
+        file,
+        written,
+        source.to_string(),
+    ))
 }
 
 /// The last path element of a ref without its tag: `coredns` of

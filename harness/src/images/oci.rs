@@ -336,7 +336,8 @@ pub fn busybox_spec(recipe: &Recipe, busybox: Vec<u8>) -> ImageSpec {
     }
 }
 
-fn tag(reference: &str) -> &str {
+/// The tag of `reference` (`latest` without one).
+pub fn tag(reference: &str) -> &str {
     super::oci_layout::tag_of(reference).unwrap_or("latest")
 }
 
@@ -344,7 +345,8 @@ fn first_line(text: &str) -> &str {
     text.lines().next().unwrap_or_default().trim()
 }
 
-fn manifest_image(name: &str, file: String, written: WrittenImage, source: String) -> ManifestImage {
+/// The manifest's record of one written archive.
+pub fn manifest_image(name: &str, file: String, written: WrittenImage, source: String) -> ManifestImage {
     ManifestImage {
         name: name.to_string(),
         reference: written.reference,

@@ -38,6 +38,19 @@ pub const KIND_NODE_LAB_IP: Ipv4Addr = Ipv4Addr::new(192, 168, 100, 3);
 pub const CLUSTER_DNS_IP: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 10);
 /// The lab VMs whose pod CIDRs the node routes (`10.244.<k>.0/24` via `192.168.100.<10+k>`).
 const ROUTED_VMS: u8 = 8;
+/// Bump when [`KindControlPlane::configure`] changes what a new cluster holds: a checkpoint of a
+/// Kind node ([`setup_key`]) holds the cluster as it was set up.
+const SETUP_REVISION: &str = "kind-setup-2";
+
+/// What a new lab cluster is made of besides its node image: the Kind configuration and the
+/// revision of the harness's own setup (16 hex digits; part of a Kind checkpoint's key).
+pub fn setup_key() -> String {
+    let key = crate::cache::RecipeKey::new("kind-setup")
+        .with("revision", SETUP_REVISION)
+        .with("kind-config", &lab_kind_config())
+        .hex();
+    key[..16].to_string()
+}
 
 /// What a Kind control plane is made from.
 #[derive(Clone, Debug)]
@@ -202,8 +215,21 @@ impl KindControlPlane {
                 in_node(&["route", "replace", &cidr, "via", &vm.to_string()])?;
             }
         }
+        // The API server's address in the engine's network is the `kubernetes` Service's
+        // endpoint: a VM's kube-proxy sends `10.96.0.1:443` there, through the node's lab link.
+        let advertised = node_ipv4(&in_node_stdout(
+            pid,
+            &["-4", "-o", "addr", "show", "dev", "eth0"],
+        )?)
+        .ok_or_else(|| {
+            KindError::Kubeconfig(format!("the Kind node (pid {pid}) has no IPv4 address on eth0"))
+        })?;
         let via = KIND_NODE_LAB_IP.to_string();
-        for cidr in [super::cluster::SERVICE_SUBNET, NODE_POD_CIDR] {
+        for cidr in [
+            super::cluster::SERVICE_SUBNET,
+            NODE_POD_CIDR,
+            &format!("{advertised}/32"),
+        ] {
             ip(&["-n", &ns, "route", "replace", cidr, "via", &via])?;
         }
         Ok(())
@@ -290,8 +316,9 @@ impl KindControlPlane {
         kubectl(&["wait", "--for=condition=Established", "-f", &crds, &timeout])
             .map_err(KindError::Kubeconfig)?;
 
-        // CoreDNS forwards what is not the cluster's to the lab's upstream DNS (its `reload`
-        // plugin takes the new Corefile).
+        // CoreDNS forwards what is not the cluster's to the lab's upstream DNS and logs every
+        // query (a scenario reads which client asked); its `reload` plugin takes the new
+        // Corefile. One replica: the lab's node has two cores to share with the VMs.
         let corefile = kubectl(&[
             "-n",
             "kube-system",
@@ -303,22 +330,109 @@ impl KindControlPlane {
         ])
         .map_err(KindError::Kubeconfig)?;
         let upstream = spec.addrs.dns().ip().to_string();
-        let patched = corefile.replace("forward . /etc/resolv.conf", &format!("forward . {upstream}"));
-        let patch = serde_json::json!({ "data": { "Corefile": patched } }).to_string();
+        let patched = lab_corefile(&corefile, &upstream)?;
+        patch_configmap(&kubectl, "coredns", "Corefile", &patched)?;
         kubectl(&[
             "-n",
             "kube-system",
-            "patch",
-            "configmap",
+            "scale",
+            "deployment",
             "coredns",
-            "--type",
-            "merge",
-            "-p",
-            &patch,
+            "--replicas=1",
         ])
         .map_err(KindError::Kubeconfig)?;
+
+        // kube-proxy's kubeconfig names the API server at the node's lab address, which the VMs
+        // reach (Kind writes the node container's name, known only in the engine's network).
+        let kubeconfig = kubectl(&[
+            "-n",
+            "kube-system",
+            "get",
+            "configmap",
+            "kube-proxy",
+            "-o",
+            "jsonpath={.data.kubeconfig\\.conf}",
+        ])
+        .map_err(KindError::Kubeconfig)?;
+        let patched = with_server(&kubeconfig, &self.access.api_server)?;
+        patch_configmap(&kubectl, "kube-proxy", "kubeconfig.conf", &patched)?;
         Ok(())
     }
+}
+
+/// The cluster's Corefile with `forward . <upstream>` and the `log` plugin.
+pub fn lab_corefile(corefile: &str, upstream: &str) -> Result<String, KindError> {
+    let (forward, errors) = ("forward . /etc/resolv.conf", "    errors\n");
+    if !corefile.contains(forward) || !corefile.contains(errors) {
+        return Err(KindError::Kubeconfig(format!(
+            "the cluster's Corefile has no `{forward}` or no `errors` line to put `log` after:\n{corefile}"
+        )));
+    }
+    Ok(corefile
+        .replace(forward, &format!("forward . {upstream}"))
+        .replacen(errors, "    errors\n    log\n", 1))
+}
+
+/// A kubeconfig whose `server:` lines name `server`.
+pub fn with_server(kubeconfig: &str, server: &str) -> Result<String, KindError> {
+    let mut found = false;
+    let lines: Vec<String> = kubeconfig
+        .lines()
+        .map(|line| match line.split_once("server:") {
+            Some((indent, _)) if indent.trim().is_empty() => {
+                found = true;
+                format!("{indent}server: {server}")
+            }
+            _ => line.to_string(),
+        })
+        .collect();
+    if !found {
+        return Err(KindError::Kubeconfig(format!(
+            "kube-proxy's kubeconfig names no server:\n{kubeconfig}"
+        )));
+    }
+    Ok(lines.join("\n") + "\n")
+}
+
+/// Sets `key` of ConfigMap `kube-system/<name>` to `value`.
+fn patch_configmap(
+    kubectl: &dyn Fn(&[&str]) -> Result<String, String>,
+    name: &str,
+    key: &str,
+    value: &str,
+) -> Result<(), KindError> {
+    let patch = serde_json::json!({ "data": { key: value } }).to_string();
+    kubectl(&[
+        "-n",
+        "kube-system",
+        "patch",
+        "configmap",
+        name,
+        "--type",
+        "merge",
+        "-p",
+        &patch,
+    ])
+    .map(drop)
+    .map_err(KindError::Kubeconfig)
+}
+
+/// `ip <args>` in the network namespace of process `pid` (the Kind node); its output.
+fn in_node_stdout(pid: u32, args: &[&str]) -> Result<String, KindError> {
+    Ok(exec::run_stdout(
+        Command::new("nsenter")
+            .args(["-t", &pid.to_string(), "-n", "ip"])
+            .args(args),
+    )?)
+}
+
+/// The first IPv4 address in `ip -4 -o addr show` output.
+fn node_ipv4(text: &str) -> Option<Ipv4Addr> {
+    text.split_whitespace()
+        .skip_while(|w| *w != "inet")
+        .nth(1)
+        .and_then(|cidr| cidr.split('/').next())
+        .and_then(|ip| ip.parse().ok())
 }
 
 fn write_file(path: &Path, text: &str) -> Result<(), KindError> {
@@ -394,6 +508,38 @@ mod tests {
             patch["controllerManager"]["extraArgs"]["allocate-node-cidrs"],
             "false"
         );
+    }
+
+    #[test]
+    fn the_labs_corefile_forwards_to_the_labs_dns_and_logs_queries() {
+        let kinds = ".:53 {\n    errors\n    health\n    forward . /etc/resolv.conf {\n    }\n}\n";
+        let ours = lab_corefile(kinds, "192.168.100.1").unwrap();
+        assert_eq!(
+            ours,
+            ".:53 {\n    errors\n    log\n    health\n    forward . 192.168.100.1 {\n    }\n}\n"
+        );
+        let err = lab_corefile(".:53 {\n    forward . 1.1.1.1\n}\n", "192.168.100.1").unwrap_err();
+        assert!(err.to_string().contains("forward . /etc/resolv.conf"), "{err}");
+    }
+
+    #[test]
+    fn kube_proxys_kubeconfig_names_the_lab_address() {
+        let kinds = "apiVersion: v1\nclusters:\n- cluster:\n    certificate-authority: /x/ca.crt\n    server: https://lab-0-control-plane:6443\n  name: default\n";
+        let ours = with_server(kinds, "https://192.168.100.3:6443").unwrap();
+        assert!(
+            ours.contains("    server: https://192.168.100.3:6443\n"),
+            "{ours}"
+        );
+        assert!(!ours.contains("lab-0-control-plane"), "{ours}");
+        assert!(with_server("apiVersion: v1\n", "https://x").is_err());
+    }
+
+    #[test]
+    fn the_nodes_ipv4_is_read_from_ip_addr() {
+        let text =
+            "12: eth0    inet 10.89.0.2/24 brd 10.89.0.255 scope global eth0\\       valid_lft forever\n";
+        assert_eq!(node_ipv4(text), Some(Ipv4Addr::new(10, 89, 0, 2)));
+        assert_eq!(node_ipv4(""), None);
     }
 
     #[test]
