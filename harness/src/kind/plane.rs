@@ -47,7 +47,7 @@ const SETUP_REVISION: &str = "kind-setup-2";
 pub fn setup_key() -> String {
     let key = crate::cache::RecipeKey::new("kind-setup")
         .with("revision", SETUP_REVISION)
-        .with("kind-config", &lab_kind_config())
+        .with("kind-config", lab_kind_config())
         .hex();
     key[..16].to_string()
 }
