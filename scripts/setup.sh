@@ -74,8 +74,7 @@ fi
 if ! cargo nextest --version 2>/dev/null | grep -q "cargo-nextest $NEXTEST_VERSION"; then
   # An unoptimised build without debug info (a test runner spends its time waiting) and without
   # the default features: `self-update` (rustls on aws-lc-rs, a C build, and an HTTP client; we
-  # pin the version instead) and `usdt` (DTrace probes). 3.7 CPU-minutes where the defaults took
-  # 7.4 and the release build 10-13 minutes of wall time (docs/perf.md, CI budget).
+  # pin the version instead) and `usdt` (DTrace probes): 3.7 CPU-minutes (docs/perf.md, CI budget).
   echo "==> installing cargo-nextest $NEXTEST_VERSION (a debug build, ~2-4 min on 2 cores)"
   CARGO_PROFILE_DEV_DEBUG=false cargo install --locked --debug --no-default-features \
     "cargo-nextest@$NEXTEST_VERSION"

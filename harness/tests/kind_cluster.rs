@@ -3,7 +3,8 @@
 //! `kube-dns` Deployment and answers on the Service's ClusterIP through kube-proxy's nftables
 //! rules; the host's kubectl reaches the API server with the kubeconfig Kind wrote; `kind get
 //! clusters` lists it; its node is in the cluster's own network, which another cluster's network
-//! cannot reach; `kind delete cluster` leaves no container, volume or network of it.
+//! cannot reach; `kind delete cluster` leaves no container, volume or network of it; a create
+//! stopped at its timeout leaves nothing either.
 //! Needs root, Podman or Docker, and the cached images (`harness images build`).
 
 use std::path::Path;
@@ -237,5 +238,81 @@ fn the_node_is_in_its_own_network_which_another_labs_network_cannot_reach(
     assert!(
         reached.is_err(),
         "a container in another lab's network {other} reached node {node} at {ip}: {reached:?}"
+    );
+}
+
+/// A `kind create cluster` that runs past its timeout is stopped, the error names the timeout's
+/// variable and says what became of the half-made cluster, and no container, volume or network
+/// of it is left. (A real Kind create, bounded at 3 s: it takes 12–16 s here.)
+#[test]
+fn a_kind_create_that_runs_past_its_timeout_is_stopped_and_leaves_nothing() {
+    let cache = Cache::open().unwrap();
+    let need = "run `harness images build` first";
+    let tool = kind_tool::require(&cache).unwrap_or_else(|e| panic!("{e}; {need}"));
+    let image = kind_node::require(&cache).unwrap_or_else(|e| panic!("{e}; {need}"));
+    let evidence = evidence::test_dir("kind_cluster_timeout");
+    std::fs::create_dir_all(&evidence).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::detect(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+    let name = format!("kind-slow-{}", std::process::id());
+    let log = evidence.join("kind-create.log");
+    let result = KindCluster::create_with_config(
+        &name,
+        &engine,
+        &tool,
+        &image,
+        dir.path(),
+        &cluster::kind_config(),
+        &log,
+        Duration::from_secs(3),
+    );
+    let err = match result {
+        Ok(made) => {
+            let _ = made.delete();
+            panic!("kind created cluster {name} within 3 s")
+        }
+        Err(e) => e,
+    };
+    let text = err.to_string();
+    assert!(
+        matches!(err, cluster::KindError::CreateTimedOut { .. }),
+        "not a timeout: {text}"
+    );
+    for wanted in [
+        "LAB_KIND_CREATE_TIMEOUT",
+        "its containers, volumes and network were removed",
+        &log.display().to_string(),
+    ] {
+        assert!(text.contains(wanted), "{wanted:?} not in: {text}");
+    }
+    let containers = run(engine.command().args([
+        "ps",
+        "-a",
+        "--filter",
+        &format!("label=io.x-k8s.kind.cluster={name}"),
+        "--format",
+        "{{.Names}}",
+    ]))
+    .unwrap();
+    assert_eq!(containers.trim(), "", "containers left of {name}");
+    let volumes = run(engine.command().args([
+        "volume",
+        "ls",
+        "-q",
+        "--filter",
+        &format!("label={name}-control-plane=true"),
+    ]))
+    .unwrap();
+    assert_eq!(volumes.trim(), "", "volumes left of {name}");
+    assert!(
+        run(engine
+            .command()
+            .args(["network", "inspect", &cluster::network_of(&name)]))
+        .is_err(),
+        "the network of {name} is left"
+    );
+    assert!(
+        !cluster::list(&engine, &tool).unwrap().contains(&name),
+        "kind get clusters still lists {name}"
     );
 }

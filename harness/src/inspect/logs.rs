@@ -128,7 +128,8 @@ pub fn collect(view: &LabView, dir: &Path) -> std::io::Result<PathBuf> {
 }
 
 /// `kind export logs` of the lab's Kind cluster into `kind/` (the node's journal, containerd's
-/// and the kubelet's logs, every pod's logs, the engine's inspect output).
+/// and the kubelet's logs, every pod's logs, the engine's inspect output), and each node
+/// container's output through the engine's API into `kind-engine/`.
 fn kind_logs(collector: &mut Collector, kind: &crate::lab::record::KindRecord) {
     let into = collector.dir().join("kind");
     let outcome = agent::exec::run_stdout(
@@ -144,6 +145,33 @@ fn kind_logs(collector: &mut Collector, kind: &crate::lab::record::KindRecord) {
         "`kind export logs` of the Kind cluster: its output; the logs in kind/",
         outcome,
     );
+    // The node containers' own output (the node's systemd, Kind's entrypoint), through the
+    // engine's API.
+    let listed = super::status::kind_engine_api(kind).and_then(|api| {
+        let nodes = api
+            .node_containers(&kind.name)
+            .map_err(|e| crate::error_chain::Chain(&e).to_string())?;
+        Ok((api, nodes))
+    });
+    match listed {
+        Ok((api, nodes)) => {
+            for node in nodes {
+                let log = api
+                    .logs(&node.name)
+                    .map_err(|e| crate::error_chain::Chain(&e).to_string());
+                collector.outcome(
+                    &format!("kind-engine/{}.log", node.name),
+                    "the Kind node container's output, through the engine's API",
+                    log,
+                );
+            }
+        }
+        Err(why) => collector.outcome(
+            "kind-engine/containers.txt",
+            "the Kind node containers, through the engine's API",
+            Err(why),
+        ),
+    }
 }
 
 fn cluster_listings(collector: &mut Collector, cluster: &ClusterRecord) {

@@ -76,24 +76,25 @@ pub struct KindNodeStatus {
     pub state: String,
 }
 
-/// The node containers of the Kind cluster `kind` names (`<engine> ps -a` by Kind's label).
+/// The node containers of the Kind cluster `kind` names, as the engine's API lists them by Kind's
+/// label ([`crate::kind::engine_api`]).
 pub fn kind_status(kind: &crate::lab::record::KindRecord) -> KindStatus {
-    let engine = kind
-        .env
-        .iter()
-        .find(|(k, _)| k == "KIND_EXPERIMENTAL_PROVIDER")
-        .map(|(_, v)| v.clone())
-        .unwrap_or_else(|| "docker".into());
-    let listed = agent::exec::run_stdout(
-        std::process::Command::new(&engine)
-            .envs(kind.env.iter().map(|(k, v)| (k, v)))
-            .args(["ps", "-a", "--filter"])
-            .arg(format!("label=io.x-k8s.kind.cluster={}", kind.name))
-            .args(["--format", "{{.Names}} {{.State}}"]),
-    );
+    let listed = kind_engine_api(kind).and_then(|api| {
+        api.node_containers(&kind.name)
+            .map_err(|e| crate::error_chain::Chain(&e).to_string())
+    });
     let (nodes, problem) = match listed {
-        Ok(text) => (parse_kind_nodes(&text), None),
-        Err(e) => (Vec::new(), Some(e.to_string())),
+        Ok(nodes) => (
+            nodes
+                .into_iter()
+                .map(|n| KindNodeStatus {
+                    container: n.name,
+                    state: n.state,
+                })
+                .collect(),
+            None,
+        ),
+        Err(e) => (Vec::new(), Some(e)),
     };
     KindStatus {
         cluster: kind.name.clone(),
@@ -102,17 +103,25 @@ pub fn kind_status(kind: &crate::lab::record::KindRecord) -> KindStatus {
     }
 }
 
-/// `<name> <state>` lines.
-fn parse_kind_nodes(text: &str) -> Vec<KindNodeStatus> {
-    text.lines()
-        .filter_map(|line| {
-            let (container, state) = line.trim().split_once(' ')?;
-            Some(KindNodeStatus {
-                container: container.to_string(),
-                state: state.trim().to_lowercase(),
-            })
-        })
-        .collect()
+/// The API of the engine the lab's Kind cluster runs in (its record's `KIND_EXPERIMENTAL_PROVIDER`
+/// and `CONTAINERS_CONF`).
+pub fn kind_engine_api(
+    kind: &crate::lab::record::KindRecord,
+) -> Result<crate::kind::engine_api::EngineApi, String> {
+    let provider = kind
+        .env
+        .iter()
+        .find(|(k, _)| k == "KIND_EXPERIMENTAL_PROVIDER")
+        .map(|(_, v)| v.as_str())
+        .unwrap_or("docker");
+    let engine = match provider {
+        "podman" => crate::kind::EngineKind::Podman,
+        _ => crate::kind::EngineKind::Docker,
+    };
+    let env: Vec<(std::ffi::OsString, std::ffi::OsString)> =
+        kind.env.iter().map(|(k, v)| (k.into(), v.into())).collect();
+    crate::kind::engine_api::EngineApi::connect(engine, &env)
+        .map_err(|e| crate::error_chain::Chain(&e).to_string())
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -576,7 +585,10 @@ mod tests {
             kubeconfig: Some("/run/unbounded-lab/lab-0/kubeconfig".into()),
             kind: Some(KindStatus {
                 cluster: "lab-0".into(),
-                nodes: parse_kind_nodes("lab-0-control-plane Running\n"),
+                nodes: vec![KindNodeStatus {
+                    container: "lab-0-control-plane".into(),
+                    state: "running".into(),
+                }],
                 problem: None,
             }),
             logs: LogPlaces {

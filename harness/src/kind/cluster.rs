@@ -9,6 +9,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use agent::exec::{CommandFailed, run, run_stdout};
 
@@ -32,13 +33,28 @@ pub enum KindError {
         #[source]
         source: Box<CommandFailed>,
     },
-    #[error("kind could not create cluster {name} (kind removed what it had made); evidence: {log}")]
+    #[error("kind could not create cluster {name}; {cleanup}; evidence: {log}")]
     Create {
         name: String,
         log: PathBuf,
+        /// What became of the half-created cluster.
+        cleanup: String,
         #[source]
         source: Box<RunLoggedError>,
     },
+    #[error(
+        "kind create cluster {name} did not finish within {timeout:?} (LAB_KIND_CREATE_TIMEOUT; it \
+         takes under a minute on an idle 2-core machine: is the machine overloaded, or the node's \
+         systemd stuck? see the log); it was stopped and {cleanup}; evidence: {log}"
+    )]
+    CreateTimedOut {
+        name: String,
+        timeout: Duration,
+        log: PathBuf,
+        cleanup: String,
+    },
+    #[error("{variable}={value:?} is not a number of seconds above 0")]
+    BadTimeout { variable: &'static str, value: String },
     #[error(transparent)]
     Command(Box<CommandFailed>),
     #[error(transparent)]
@@ -108,10 +124,13 @@ impl KindCluster {
         dir: &Path,
         log: &Path,
     ) -> Result<KindCluster, KindError> {
-        KindCluster::create_with_config(name, engine, tool, image, dir, &kind_config(), log)
+        let timeout = create_timeout()?;
+        KindCluster::create_with_config(name, engine, tool, image, dir, &kind_config(), log, timeout)
     }
 
-    /// [`KindCluster::create`] with another Kind configuration.
+    /// [`KindCluster::create`] with another Kind configuration, stopped after `timeout` (what
+    /// it had made is then removed, as after any failure).
+    #[allow(clippy::too_many_arguments)]
     pub fn create_with_config(
         name: &str,
         engine: &Engine,
@@ -120,6 +139,7 @@ impl KindCluster {
         dir: &Path,
         config_text: &str,
         log: &Path,
+        timeout: Duration,
     ) -> Result<KindCluster, KindError> {
         let cluster = KindCluster::named(name, engine, tool, dir);
         fs::create_dir_all(dir).map_err(|source| KindError::Write {
@@ -141,9 +161,10 @@ impl KindCluster {
             "Kind cluster {name}: kind create cluster ({})",
             engine.kind
         ));
-        run_logged(
+        let started = Instant::now();
+        let created = run_logged(
             cluster
-                .kind()
+                .kind_within(timeout)
                 .args(["create", "cluster", "--name", name, "--image", &image.reference])
                 .arg("--config")
                 .arg(&config)
@@ -151,12 +172,39 @@ impl KindCluster {
                 .arg(&cluster.kubeconfig),
             log,
             &step,
-        )
-        .map_err(|source| KindError::Create {
-            name: name.to_string(),
-            log: log.to_path_buf(),
-            source: Box::new(source),
-        })?;
+        );
+        if let Err(source) = created {
+            // Kind removes what it made when it fails by itself, not when it is stopped: the
+            // harness removes whatever is left either way.
+            let deleted = cluster
+                .delete()
+                .err()
+                .map(|e| format!("kind delete cluster: {e}"));
+            // What Kind no longer knows of (a node container it was still creating).
+            let left = remove_leftover_nodes(name);
+            let cleanup = if left.is_empty() {
+                "its containers, volumes and network were removed".to_string()
+            } else {
+                let mut problems: Vec<String> = deleted.into_iter().collect();
+                problems.extend(left);
+                format!("removing what it had made failed too: {}", problems.join("; "))
+            };
+            return Err(if started.elapsed() >= timeout {
+                KindError::CreateTimedOut {
+                    name: name.to_string(),
+                    timeout,
+                    log: log.to_path_buf(),
+                    cleanup,
+                }
+            } else {
+                KindError::Create {
+                    name: name.to_string(),
+                    log: log.to_path_buf(),
+                    cleanup,
+                    source: Box::new(source),
+                }
+            });
+        }
         step.finish();
         Ok(cluster)
     }
@@ -237,6 +285,23 @@ impl KindCluster {
         }
     }
 
+    /// Kind's CLI for this cluster run by `timeout`, which stops it after `limit` (and kills it
+    /// 10 s later if it is still there).
+    fn kind_within(&self, limit: Duration) -> Command {
+        let kind = self.kind();
+        let mut command = Command::new("timeout");
+        command
+            .args(["--kill-after=10", &format!("{}", limit.as_secs().max(1))])
+            .arg(kind.get_program())
+            .args(kind.get_args());
+        for (key, value) in kind.get_envs() {
+            if let Some(value) = value {
+                command.env(key, value);
+            }
+        }
+        command
+    }
+
     /// Kind's CLI for this cluster: the engine's environment and the cluster's network.
     pub(super) fn kind(&self) -> Command {
         let mut command = Command::new(&self.kind);
@@ -244,6 +309,30 @@ impl KindCluster {
             .envs(self.engine.env())
             .env(self.engine.kind.network_env(), self.network());
         command
+    }
+}
+
+/// The variable that bounds `kind create cluster`, in seconds.
+pub const CREATE_TIMEOUT_VAR: &str = "LAB_KIND_CREATE_TIMEOUT";
+/// `kind create cluster` takes 12–16 s on an idle 2-core machine; five minutes leaves room for a
+/// loaded one.
+const DEFAULT_CREATE_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// How long `kind create cluster` may take: [`CREATE_TIMEOUT_VAR`] seconds, else five minutes.
+pub fn create_timeout() -> Result<Duration, KindError> {
+    parse_create_timeout(std::env::var(CREATE_TIMEOUT_VAR).ok().as_deref())
+}
+
+fn parse_create_timeout(value: Option<&str>) -> Result<Duration, KindError> {
+    match value.map(str::trim).filter(|v| !v.is_empty()) {
+        None => Ok(DEFAULT_CREATE_TIMEOUT),
+        Some(v) => match v.parse::<u64>() {
+            Ok(secs) if secs > 0 => Ok(Duration::from_secs(secs)),
+            _ => Err(KindError::BadTimeout {
+                variable: CREATE_TIMEOUT_VAR,
+                value: v.to_string(),
+            }),
+        },
     }
 }
 
@@ -423,6 +512,20 @@ fn remove_older_node_images(engine: &Engine, keep: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_create_timeout_is_five_minutes_unless_set_and_a_bad_value_is_named() {
+        assert_eq!(parse_create_timeout(None).unwrap(), Duration::from_secs(300));
+        assert_eq!(parse_create_timeout(Some("")).unwrap(), Duration::from_secs(300));
+        assert_eq!(parse_create_timeout(Some("45")).unwrap(), Duration::from_secs(45));
+        for bad in ["0", "ten", "-3", "1.5"] {
+            let err = parse_create_timeout(Some(bad)).unwrap_err().to_string();
+            assert!(
+                err.contains("LAB_KIND_CREATE_TIMEOUT") && err.contains(bad),
+                "{err}"
+            );
+        }
+    }
 
     #[test]
     fn the_kind_config_allows_cgroup_v1_turns_ipam_off_and_brings_no_cni() {

@@ -114,6 +114,7 @@ impl KindControlPlane {
                     &spec.state_dir,
                     &lab_kind_config(),
                     &spec.log_dir.join("kind-create.log"),
+                    super::cluster::create_timeout()?,
                 )?,
                 None,
             ),
