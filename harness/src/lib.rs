@@ -17,5 +17,6 @@ pub mod lab;
 pub mod node_config;
 pub mod progress;
 pub mod repo;
+pub mod suite_times;
 pub mod vm;
 pub mod wait;

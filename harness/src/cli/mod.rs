@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod bench_node;
+pub mod bench_suite;
 pub mod images;
 pub mod lab;
 pub mod lab_arg;
