@@ -57,9 +57,6 @@ pub enum NodeCheckpointError {
     Client(#[from] ControlPlaneError),
     #[error("the lab has no control plane")]
     NoControlPlane,
-    /// A Kind checkpoint is saved only once the node's kube-proxy has synced its rules.
-    #[error("before saving the node: {0}")]
-    KubeProxy(#[source] crate::wait::WaitTimeout),
     #[error("starting a tokio runtime: {0}")]
     Runtime(#[source] std::io::Error),
     #[error("{what}: {source}")]
@@ -157,9 +154,8 @@ pub fn inputs(
     })?)
 }
 
-/// Saves a node that joined in `lab` on `vm` (Node Ready; on Kind, its kube-proxy synced) into
-/// the entry directory `out`: the VM saved and stopped, the control plane stopped and its state
-/// copied, the lab torn down.
+/// Saves a node that joined in `lab` on `vm` (Node Ready) into the entry directory `out`: the
+/// VM saved and stopped, the control plane stopped and its state copied, the lab torn down.
 pub fn save(
     out: &Path,
     mut lab: Lab,
@@ -172,17 +168,6 @@ pub fn save(
         .saved_state()
         .map(|dir| dir.join(crate::vm::state::DISK))
         .unwrap_or_else(|| vm.spec().image.disk.clone());
-    if lab.cluster_is_kind() {
-        // The Kind cluster's kube-proxy DaemonSet pod has started on the node and written its
-        // rules: a resumed node has them at once (crate::kind::node_proxy).
-        let step = crate::progress::Step::start(format!(
-            "node {}: waiting for its kube-proxy to sync",
-            deployed.name
-        ));
-        crate::kind::node_proxy::wait_kube_proxy_synced(&vm, vm.deadlines().command * 3)
-            .map_err(NodeCheckpointError::KubeProxy)?;
-        step.finish();
-    }
     let step = crate::progress::Step::start(format!("saving node {} into a checkpoint", deployed.name));
     let save = vm.save_into(out)?;
     step.line(&format!("VM saved in {:.1}s", save.as_secs_f64()));
