@@ -8,19 +8,29 @@ use harness::suite_times::{SuiteTimes, VM_LANES};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The JUnit report (`cargo nextest run --profile ci` writes it); default:
-    /// `$CARGO_TARGET_DIR/nextest/ci/junit.xml`, else `target/nextest/ci/junit.xml`.
+    /// The JUnit report (`cargo nextest run --profile ci` writes it); default: the first of
+    /// `target/nextest/ci/junit.xml` (under the workspace, where nextest writes it) and
+    /// `$CARGO_TARGET_DIR/nextest/ci/junit.xml` that exists.
     #[arg(long)]
     junit: Option<PathBuf>,
 }
 
+/// Where nextest's `ci` profile leaves its report.
+fn default_report() -> PathBuf {
+    let relative = "nextest/ci/junit.xml";
+    let mut candidates = vec![PathBuf::from("target").join(relative)];
+    if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR") {
+        candidates.push(PathBuf::from(dir).join(relative));
+    }
+    candidates
+        .iter()
+        .find(|p| p.exists())
+        .cloned()
+        .unwrap_or_else(|| candidates[0].clone())
+}
+
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let path = args.junit.unwrap_or_else(|| {
-        std::env::var_os("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("target"))
-            .join("nextest/ci/junit.xml")
-    });
+    let path = args.junit.unwrap_or_else(default_report);
     let times = SuiteTimes::read(&path)?;
     let lanes = times.lanes(VM_LANES);
     let vm = times.vm_tests();
