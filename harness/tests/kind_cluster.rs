@@ -161,28 +161,7 @@ fn kind_creates_a_cluster_whose_coredns_answers_on_the_kube_dns_clusterip_and_de
     );
 
     drop(guard);
-    let listed = cluster::list(&engine, &tool).unwrap();
-    assert!(
-        !listed.contains(&name),
-        "kind get clusters after delete: {listed:?}"
-    );
-    let containers = agent::exec::run_stdout(engine.command().args([
-        "ps",
-        "-a",
-        "--filter",
-        &format!("label=io.x-k8s.kind.cluster={name}"),
-        "--format",
-        "{{.Names}}",
-    ]))
-    .unwrap();
-    assert_eq!(containers.trim(), "", "containers left of {name}");
-    assert!(
-        run(engine
-            .command()
-            .args(["network", "inspect", &cluster::network_of(&name)]))
-        .is_err(),
-        "the network of {name} is left"
-    );
+    nothing_left_of(&engine, &tool, &name);
 }
 
 fn run(command: &mut Command) -> Result<String, agent::exec::CommandFailed> {
@@ -285,6 +264,17 @@ fn a_kind_create_that_runs_past_its_timeout_is_stopped_and_leaves_nothing() {
     ] {
         assert!(text.contains(wanted), "{wanted:?} not in: {text}");
     }
+    nothing_left_of(&engine, &tool, &name);
+}
+
+/// No trace of Kind cluster `name` in `engine`: `kind get clusters` does not list it, and no
+/// container labelled for it, no volume of its node and no network of it is left.
+fn nothing_left_of(engine: &Engine, tool: &kind_tool::KindTool, name: &str) {
+    let listed = cluster::list(engine, tool).unwrap();
+    assert!(
+        !listed.contains(&name.to_string()),
+        "kind get clusters still lists {name}: {listed:?}"
+    );
     let containers = run(engine.command().args([
         "ps",
         "-a",
@@ -307,12 +297,8 @@ fn a_kind_create_that_runs_past_its_timeout_is_stopped_and_leaves_nothing() {
     assert!(
         run(engine
             .command()
-            .args(["network", "inspect", &cluster::network_of(&name)]))
+            .args(["network", "inspect", &cluster::network_of(name)]))
         .is_err(),
         "the network of {name} is left"
-    );
-    assert!(
-        !cluster::list(&engine, &tool).unwrap().contains(&name),
-        "kind get clusters still lists {name}"
     );
 }
