@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use harness::lab::{DnsFailure, Lab, LabSpec, netns, owner};
+use harness::lab::{DnsFailure, Lab, LabSpec, cluster_dns_probe, netns, owner};
 
 fn start(test: &str) -> Lab {
     Lab::start(LabSpec::for_test(test)).unwrap_or_else(|e| panic!("starting a lab for {test}: {e}"))
@@ -118,6 +118,37 @@ fn dns_server_answers_test_records_inside_the_namespace_and_counts_queries() {
     let log = std::fs::read_to_string(lab.log_dir().join("dns-queries.log")).unwrap();
     assert!(log.contains("web.lab.test. A NoError"), "{log}");
     assert!(log.contains("to 192.168.100.2:53 over tcp"), "{log}");
+    lab.shutdown().unwrap();
+}
+
+/// The probe a resumed node waits on (`harness::lab::cluster_dns_probe`), pointed at the lab's
+/// DNS server: it reads the addresses of a NOERROR answer, names a SERVFAIL, and its wait stops
+/// with the last failure when the server never answers.
+#[test]
+fn cluster_dns_probe_reads_an_answer_and_names_a_failure_from_inside_the_namespace() {
+    let lab = start("cluster_dns_probe_reads_an_answer_and_names_a_failure_from_inside_the_namespace");
+    let server = lab.addrs().bridge_ip();
+    let ns = lab.name();
+    let missing = cluster_dns_probe::ask_in(&ns, server).unwrap_err();
+    assert!(missing.contains("NXDomain"), "{missing}");
+    lab.dns()
+        .set_a(cluster_dns_probe::PROBE_NAME, &[Ipv4Addr::new(10, 96, 0, 1)], 5)
+        .unwrap();
+    assert_eq!(
+        cluster_dns_probe::ask_in(&ns, server).unwrap(),
+        [Ipv4Addr::new(10, 96, 0, 1)]
+    );
+    assert!(cluster_dns_probe::wait_answers_in(&ns, server, Duration::from_secs(5)).is_ok());
+    lab.dns().set_failure(DnsFailure::ServFail);
+    let failed = cluster_dns_probe::ask_in(&ns, server).unwrap_err();
+    assert!(failed.contains("ServFail"), "{failed}");
+    lab.dns().set_failure(DnsFailure::Drop);
+    let timed_out = cluster_dns_probe::wait_answers_in(&ns, server, Duration::from_secs(2)).unwrap_err();
+    let text = timed_out.to_string();
+    assert!(
+        text.contains(&format!("the cluster DNS {server}")) && text.contains("asking"),
+        "{text}"
+    );
     lab.shutdown().unwrap();
 }
 

@@ -6,7 +6,7 @@
 //! * [`save`]: a joined node into an entry (the VM, then the control plane's state);
 //! * [`resume`]: a lab whose control plane starts from a copy of the saved state, the node's VM
 //!   resumed, then waits until the kubelet renewed its Lease in that cluster and the Node is
-//!   Ready.
+//!   Ready, and the cluster DNS answers.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -81,6 +81,8 @@ pub enum NodeCheckpointError {
     },
     #[error(transparent)]
     NotReady(#[from] NotReady),
+    #[error("the resumed node's cluster DNS: {0}")]
+    ClusterDns(#[source] WaitTimeout),
     #[error("offline node: {0}")]
     Offline(#[from] OfflineError),
     #[error("{what}: {why}")]
@@ -196,7 +198,8 @@ pub struct ResumedNode {
 /// plane, the node artifacts published, the VM resumed (with `share` at `/mnt/lab`, or the
 /// offline bundle for an offline node, which is cut off from the artifact server again and
 /// probed), then waits until the kubelet renewed its Lease in this cluster and the Node is
-/// Ready. [`NodeCheckpointError::NotLoaded`] when QEMU cannot load the checkpoint.
+/// Ready, and the cluster DNS answers from the lab namespace
+/// ([`crate::lab::cluster_dns_probe`]). [`NodeCheckpointError::NotLoaded`] when QEMU cannot load the checkpoint.
 pub fn resume(
     lab_spec: LabSpec,
     node: &NodeConfig,
@@ -264,6 +267,15 @@ pub fn resume(
         waited: timed_out.waited,
     })?;
     runtime.block_on(wait_node_ready(&client, &deployed.name, timeout))?;
+    step.finish();
+    // A restored Kind cluster's CoreDNS pods start again with its kubelet; until they answer
+    // behind the Service, the node's queries to it fail (SERVFAIL through LocalDNS).
+    let cluster_dns = lab.cluster().ok_or(NodeCheckpointError::NoControlPlane)?.cluster_dns;
+    let step = crate::progress::Step::start(format!(
+        "waiting for the cluster DNS {cluster_dns} to answer from the lab namespace"
+    ));
+    crate::lab::cluster_dns_probe::wait_answers_in(&lab.name(), cluster_dns, timeout)
+        .map_err(NodeCheckpointError::ClusterDns)?;
     step.finish();
     let offline_probe = if node.offline {
         Some(offline::prove_and_hand_over(&lab, &vm, &artifacts)?.1)

@@ -33,6 +33,7 @@
 
 pub mod addr;
 pub mod cluster;
+pub mod cluster_dns_probe;
 pub mod cluster_kind;
 pub mod dns;
 mod dns_server;
