@@ -3,6 +3,7 @@
 
 pub mod artifact;
 pub mod clap_help;
+pub mod cli;
 pub mod config;
 pub mod corefile;
 pub mod daemon;

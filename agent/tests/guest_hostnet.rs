@@ -68,7 +68,7 @@ fn ip_addr_text() -> String {
 }
 
 #[test]
-fn guest_apply_creates_exactly_the_spec_link_and_ruleset() {
+fn guest_apply_creates_exactly_the_designed_link_and_ruleset() {
     guest_netns();
     let report = apply(&spec(true), &script(true)).unwrap_or_else(|e| panic!("apply: {e:#}"));
     assert!(report.changed());

@@ -13,7 +13,7 @@ use agent::hostnet::{apply, nft};
 use hostnet_support::*;
 
 #[test]
-fn rendered_script_gives_the_spec_table_with_reply_rules() {
+fn rendered_script_gives_the_designed_table_with_reply_rules() {
     fresh_netns();
     nft::replace_table(&script(true)).unwrap();
     let live = nft::read_table().unwrap().expect("table exists after replace");

@@ -5,6 +5,7 @@ pub mod artifacts;
 pub mod cache;
 pub mod checkpoint;
 pub mod child;
+pub mod cli;
 pub mod controlplane;
 pub mod deploy;
 pub mod error_chain;

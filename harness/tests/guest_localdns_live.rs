@@ -1,7 +1,7 @@
 //! The live LocalDNS data path in a lab VM, each case in fresh network namespaces with the
 //! `localdns` dummy link and our nft table made by `agent::hostnet::apply`, and the real CoreDNS
-//! run by the real supervisor from the Corefile and environment file the agent renders (issue 6
-//! item 6). A guest test (the `guest_` binary prefix): run by `harness/tests/lab_guest_tests.rs`,
+//! run by the real supervisor from the Corefile and environment file the agent renders. A guest
+//! test (the `guest_` binary prefix): run by `harness/tests/lab_guest_tests.rs`,
 //! which copies CoreDNS from the lab cache into the VM (`$LOCALDNS_TEST_COREDNS`).
 
 mod localdns_live_support;

@@ -1,4 +1,4 @@
-//! NOTRACK really works (issue 6 item 7), in a lab VM on Debian's kernel with the listeners on the
+//! NOTRACK really works, in a lab VM on Debian's kernel with the listeners on the
 //! real `localdns` dummy link and our table applied by `agent::hostnet::apply`: under a burst of
 //! queries to both listeners over UDP and TCP, from the node's own namespace (our `output` chain)
 //! and from a peer namespace routed to the listeners (our `prerouting` chain, as pods' queries

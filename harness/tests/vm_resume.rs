@@ -108,8 +108,8 @@ fn assert_journal_follows_the_machine_id(vm: &Vm, id: &str) {
         vm.name()
     );
     // Asked again for up to 10 s: read while journald writes (right after a resume, under load)
-    // journalctl can find the file "truncated" and print no entries at all (a `.ci/run` of
-    // session 25 saw an empty answer once, with the line in the journal).
+    // journalctl can find the file "truncated" and print no entries at all (a `.ci/run` saw an
+    // empty answer once, with the line in the journal).
     let found = harness::wait::wait_until(
         format!("VM {}", vm.name()),
         Duration::from_secs(10),

@@ -14,8 +14,8 @@ use crate::host_state::{ConntrackEntry, read_conntrack};
 use crate::node::JoinedNode;
 
 /// Lookups per pod and target, with a conntrack read every 5 s and the supervisor's probes (every
-/// 12 s) going on all along: the whole `notrack` case took 69–73 s with 100 in the cold run of
-/// 2026-12-03; 200 took 3–6 min, the longest step of the default suite, for no more of what is
+/// 12 s) going on all along: the whole `notrack` case took 69–73 s with 100 in a cold run; 200
+/// took 3–6 min, the longest step of the default suite, for no more of what is
 /// checked.
 const BURST: usize = 100;
 /// The lab upstream name the `Default` pod looks up.
@@ -110,7 +110,7 @@ pub fn listener_queries_leave_no_conntrack_entries(node: &JoinedNode) -> anyhow:
     eprintln!("==> two pods query the listeners {BURST} times each; reading conntrack meanwhile");
     let done = Cell::new(false);
     // 200 lookups per pod took 3-6 minutes under TCG; beside two other VMs the ClusterFirst pod
-    // was still running after 10 (2026-12-03), so 20 for 100 (a deadline, not a timed check).
+    // was still running after 10, so 20 for 100 (a deadline, not a timed check).
     let timeout = node.deadline(10);
     let pods = async {
         let both = tokio::join!(

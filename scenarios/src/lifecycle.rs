@@ -89,7 +89,7 @@ pub fn kill_agent_in_any_or_see_it_finish(
         Ok(!pids.stdout_text().trim().is_empty())
     };
     // 20 min under TCG: a repave re-run after a kill in `preparing` unpacks the rootfs and
-    // installs everything again, and took over 10 min beside a second VM (2026-12-03).
+    // installs everything again, and took over 10 min beside a second VM.
     let deadline = Instant::now() + node.deadline(10);
     loop {
         // Whether it still ran is read before the file, so a run that wrote the marker and then

@@ -13,7 +13,7 @@ use crate::dns::{CLUSTER_LISTENER, NODE_LISTENER};
 /// `/proc/<pid>/status`, connect through `/dev/tcp`, and pause with `read -t` on a pipe of its
 /// own. The loop it replaces (`date`, `grep` and `sleep` every 20 ms, three processes each time,
 /// then a `dig` per listener) competed with the takeover for the emulated CPU: it measured
-/// 7.0–12.5 s where the supervisor logged takeovers of 0.9–7.1 s (2026-12-03, a loaded host).
+/// 7.0–12.5 s where the supervisor logged takeovers of 0.9–7.1 s (a loaded host).
 pub fn wait_both_answer(limit_s: u32) -> String {
     let query = tcp_dns_query(HEALTH_NAME);
     format!(

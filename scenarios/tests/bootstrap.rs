@@ -83,7 +83,7 @@ fn bootstrap(node: &mut JoinedNode) -> anyhow::Result<()> {
             "with LocalDNS off, localdns.service must not exist in {machine}; its LoadState is {:?}",
             load.trim()
         );
-        // Issue #9 item 4: no LocalDNS host state or machine units/files, and ClusterFirst pods
+        // LocalDNS off: no LocalDNS host state or machine units/files, and ClusterFirst pods
         // resolve through Cluster.ClusterDNS.
         scenarios::host_state::ensure_localdns_absent(&node.vm, &machine)?;
         let cluster_dns = node.cluster().cluster_dns;

@@ -30,8 +30,8 @@ use scenarios::pod_dns::{
 /// cache, not the record, decides how long an answer is kept.
 const TTL: u32 = 300;
 
-/// One case per node config with LocalDNS on: `machine_and_pods_resolve_through_the_listeners_the_spec_assigns_them::<config>`.
-mod machine_and_pods_resolve_through_the_listeners_the_spec_assigns_them {
+/// One case per node config with LocalDNS on: `machine_and_pods_resolve_through_the_listeners_their_dns_policy_names::<config>`.
+mod machine_and_pods_resolve_through_the_listeners_their_dns_policy_names {
     use scenarios::node_config_case;
     scenarios::for_every_localdns_node_config!(
         node_config_case,
@@ -42,7 +42,7 @@ mod machine_and_pods_resolve_through_the_listeners_the_spec_assigns_them {
 
 fn dns_wiring(node: &mut JoinedNode) -> anyhow::Result<()> {
     let name = node.deployed.name.clone();
-    the_deployed_config_keeps_the_spec_listeners(node)?;
+    the_deployed_config_keeps_the_designed_listeners(node)?;
     node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
     let machine = node.machine()?;
     ensure!(
@@ -72,7 +72,7 @@ fn dns_wiring(node: &mut JoinedNode) -> anyhow::Result<()> {
 
 /// The spec's listener addresses are what this scenario expects, so the node config must not
 /// move them.
-fn the_deployed_config_keeps_the_spec_listeners(node: &JoinedNode) -> anyhow::Result<()> {
+fn the_deployed_config_keeps_the_designed_listeners(node: &JoinedNode) -> anyhow::Result<()> {
     let ldns = node.deployed.config.local_dns.clone().unwrap_or_default();
     ensure!(
         ldns.enabled == Some(true),

@@ -43,8 +43,8 @@ const EXPECTED_RULES: [&str; 16] = [
 ];
 const EXPECTED_ADDRESSES: [&str; 2] = ["169.254.10.10/32", "169.254.10.11/32"];
 
-/// One case per node config with LocalDNS on: `the_host_holds_exactly_the_spec_link_and_table_and_listener_dns_is_never_tracked::<config>`.
-mod the_host_holds_exactly_the_spec_link_and_table_and_listener_dns_is_never_tracked {
+/// One case per node config with LocalDNS on: `the_host_holds_exactly_the_designed_link_and_table_and_listener_dns_is_never_tracked::<config>`.
+mod the_host_holds_exactly_the_designed_link_and_table_and_listener_dns_is_never_tracked {
     use scenarios::node_config_case;
     scenarios::for_every_localdns_node_config!(
         node_config_case,
@@ -65,13 +65,13 @@ fn notrack(node: &mut JoinedNode) -> anyhow::Result<()> {
     node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
     let machine = node.machine()?;
 
-    link_is_exactly_the_spec(node)?;
-    table_is_exactly_the_spec(node)?;
+    link_is_exactly_the_designed_one(node)?;
+    table_is_exactly_the_designed_one(node)?;
     network_unit_sits_between_nftables_and_the_machine(node, &machine)?;
     listener_queries_leave_no_conntrack_entries(node)
 }
 
-fn link_is_exactly_the_spec(node: &JoinedNode) -> anyhow::Result<()> {
+fn link_is_exactly_the_designed_one(node: &JoinedNode) -> anyhow::Result<()> {
     let link = read_link(&node.vm, LINK)?.with_context(|| format!("the host has no link {LINK}"))?;
     ensure!(
         link.kind.as_deref() == Some("dummy"),
@@ -99,7 +99,7 @@ fn link_is_exactly_the_spec(node: &JoinedNode) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn table_is_exactly_the_spec(node: &JoinedNode) -> anyhow::Result<()> {
+fn table_is_exactly_the_designed_one(node: &JoinedNode) -> anyhow::Result<()> {
     let table = read_nft_table(&node.vm, NFT_FAMILY, NFT_TABLE)?
         .with_context(|| format!("the host has no nft table {NFT_FAMILY} {NFT_TABLE}"))?;
     let chains: BTreeSet<String> = EXPECTED_CHAINS.iter().map(|c| c.to_string()).collect();

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 
-use agent::artifact::{self, FetchOptions, Fetcher};
+use crate::artifact::{self, FetchOptions, Fetcher};
 
 #[derive(clap::Subcommand)]
 pub enum Command {
@@ -34,7 +34,7 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
 fn install(args: InstallArgs) -> anyhow::Result<ExitCode> {
     let text = std::fs::read_to_string(&args.config)
         .with_context(|| format!("reading config {}", args.config.display()))?;
-    let config = agent::validate::load_str(&text)
+    let config = crate::validate::load_str(&text)
         .map_err(|problems| anyhow::anyhow!("config {}:\n{problems}", args.config.display()))?;
     let request = artifact::coredns::Request::from_raw(&config);
     let fetcher = Fetcher::new(FetchOptions::default());

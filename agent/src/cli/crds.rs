@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 
-use agent::machina::crds;
+use crate::machina::crds;
 
 #[derive(clap::Args)]
 pub struct Args {

@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use agent::daemon::run::Ended;
-use agent::daemon::{Daemon, Settings};
+use crate::daemon::run::Ended;
+use crate::daemon::{Daemon, Settings};
 
 /// `daemon --machine NAME [--kubeconfig FILE] [--once]`.
 #[derive(clap::Args)]

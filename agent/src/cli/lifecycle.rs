@@ -5,8 +5,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use agent::lifecycle::{Operation, Options, Outcome, Progress};
-use agent::names::Slot;
+use crate::lifecycle::{Operation, Options, Outcome, Progress};
+use crate::names::Slot;
 
 /// Flags every lifecycle command takes.
 #[derive(clap::Args, Debug, Clone)]
@@ -95,7 +95,7 @@ fn options(config: Option<PathBuf>, common: Common, dry_run: bool) -> Options {
 }
 
 fn run_op(op: Operation, options: Options) -> anyhow::Result<ExitCode> {
-    let outcome = agent::lifecycle::run(op, &options, &progress_lines())?;
+    let outcome = crate::lifecycle::run(op, &options, &progress_lines())?;
     print_outcome(&outcome);
     Ok(ExitCode::SUCCESS)
 }

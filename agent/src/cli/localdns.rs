@@ -5,9 +5,9 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 
-use agent::hostnet::{self, NetworkSpec, ResetPaths};
-use agent::paths;
-use agent::validate::{self, Config};
+use crate::hostnet::{self, NetworkSpec, ResetPaths};
+use crate::paths;
+use crate::validate::{self, Config};
 
 #[derive(clap::Subcommand)]
 pub enum Command {
@@ -71,8 +71,8 @@ fn apply(args: &ApplyArgs) -> anyhow::Result<ExitCode> {
     let script = hostnet::nft_script(&config, l);
     // Applied first, so that a refused apply (a foreign `localdns` link) changes nothing at all.
     let report = hostnet::apply(&spec, &script).context("cannot apply the LocalDNS host network")?;
-    let script_path = agent::files::under(&args.root, Path::new(paths::NFT_SCRIPT));
-    agent::files::write_atomic(&script_path, script.as_bytes(), 0o644)
+    let script_path = crate::files::under(&args.root, Path::new(paths::NFT_SCRIPT));
+    crate::files::write_atomic(&script_path, script.as_bytes(), 0o644)
         .with_context(|| format!("cannot write {}", script_path.display()))?;
     print!("{report}");
     Ok(ExitCode::SUCCESS)

@@ -1,10 +1,10 @@
 //! `unbounded-agent preflight --config FILE [--output text|json]`: the checks of
-//! `agent::preflight::CHECKS`; exit 1 when any check not ignored is an error.
+//! `crate::preflight::CHECKS`; exit 1 when any check not ignored is an error.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use agent::preflight::{CHECKS, Context, Severity};
+use crate::preflight::{CHECKS, Context, Severity};
 
 #[derive(Clone, Copy, clap::ValueEnum)]
 pub enum Output {
@@ -38,7 +38,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         config_path: args.config.clone(),
         config,
     };
-    let report = agent::preflight::run(CHECKS, &ctx, &args.ignore);
+    let report = crate::preflight::run(CHECKS, &ctx, &args.ignore);
     match args.output {
         Output::Text => print!("{}", report.to_text()),
         Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),

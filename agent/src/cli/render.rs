@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use agent::goal::{HostFacts, OptionalFacts};
-use agent::names::Slot;
+use crate::goal::{HostFacts, OptionalFacts};
+use crate::names::Slot;
 use anyhow::Context as _;
 
 #[derive(clap::Args)]
@@ -58,8 +58,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         optional,
     };
     let goal =
-        agent::goal::resolve(&config, &facts, args.machine).context("cannot resolve the goal state")?;
-    let rendered = agent::render::render(&goal).context("cannot render")?;
-    agent::render::write_under(&args.root, &rendered)?;
+        crate::goal::resolve(&config, &facts, args.machine).context("cannot resolve the goal state")?;
+    let rendered = crate::render::render(&goal).context("cannot render")?;
+    crate::render::write_under(&args.root, &rendered)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -1,12 +1,12 @@
 //! `unbounded-agent start --config FILE`: preflight, host preparation, the machine with
 //! containerd, kubelet and LocalDNS, started in the order of docs/design.md §9 (the `start`
-//! operation of `agent::lifecycle`). Exit 0 once kubelet is active in the machine; 1 with the
+//! operation of `crate::lifecycle`). Exit 0 once kubelet is active in the machine; 1 with the
 //! reason otherwise.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use agent::lifecycle::{Operation, Options};
+use crate::lifecycle::{Operation, Options};
 
 use super::lifecycle::{Common, print_outcome, progress_lines};
 
@@ -30,7 +30,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         timeout_scale: args.common.timeout_scale,
         dry_run: false,
     };
-    let outcome = agent::lifecycle::run(Operation::Start, &options, &progress_lines())?;
+    let outcome = crate::lifecycle::run(Operation::Start, &options, &progress_lines())?;
     print_outcome(&outcome);
     Ok(ExitCode::SUCCESS)
 }

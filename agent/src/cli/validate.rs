@@ -18,10 +18,10 @@ pub struct Args {
 /// Reads and validates a config file; `Ok(Err(problems))` for an invalid one.
 pub fn load(
     path: &std::path::Path,
-) -> anyhow::Result<Result<agent::validate::Config, agent::validate::Problems>> {
+) -> anyhow::Result<Result<crate::validate::Config, crate::validate::Problems>> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read config {}", path.display()))?;
-    Ok(agent::validate::parse(&text))
+    Ok(crate::validate::parse(&text))
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {

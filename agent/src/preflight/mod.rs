@@ -218,7 +218,7 @@ mod tests {
     }
 
     #[test]
-    fn json_report_has_the_spec_fields() {
+    fn json_report_has_the_documented_fields() {
         let report = run(
             &[Check {
                 name: "failing",

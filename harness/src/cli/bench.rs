@@ -6,9 +6,9 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use harness::cache::Cache;
-use harness::images::host;
-use harness::vm::{Accel, BootImage, BootMode, Vm, VmSpec};
+use crate::cache::Cache;
+use crate::images::host;
+use crate::vm::{Accel, BootImage, BootMode, Vm, VmSpec};
 
 #[derive(clap::Subcommand)]
 pub enum Command {
@@ -66,7 +66,7 @@ fn bench_vm(runs: u32, command_time: Duration, cold: bool) -> anyhow::Result<Exi
     let mut lines = vec![format!("accelerator {accel}, {} cores", num_cpus())];
 
     let started = Instant::now();
-    let saved = harness::vm::Vm::ensure_saved_state(&cache, &spec("probe", BootMode::Resume), accel)?;
+    let saved = crate::vm::Vm::ensure_saved_state(&cache, &spec("probe", BootMode::Resume), accel)?;
     let found = started.elapsed();
     lines.push(format!(
         "saved state {}: {} MB stream, taken after a {:.1}s boot, saved in {:.1}s (found/built now in {:.1}s)",

@@ -7,10 +7,10 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use harness::deploy::{join, measure};
-use harness::lab::{Lab, LabSpec};
-use harness::node_config::NodeConfig;
-use harness::vm::BootImage;
+use crate::deploy::{join, measure};
+use crate::lab::{Lab, LabSpec};
+use crate::node_config::NodeConfig;
+use crate::vm::BootImage;
 
 /// Evidence and lab logs go under `$LAB_ARTIFACTS_DIR/bench-node/`.
 const NAME: &str = "bench-node";
@@ -27,8 +27,8 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let node = NodeConfig::load(&args.node_config)?;
-    let cache = harness::cache::Cache::open()?;
-    let image = harness::images::host::require(&cache)?;
+    let cache = crate::cache::Cache::open()?;
+    let image = crate::images::host::require(&cache)?;
     let started = Instant::now();
     let lab = Lab::start(LabSpec {
         control_plane: true,

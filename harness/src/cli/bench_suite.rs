@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use harness::suite_times::{SuiteTimes, VM_LANES};
+use crate::suite_times::{SuiteTimes, VM_LANES};
 
 #[derive(clap::Args)]
 pub struct Args {

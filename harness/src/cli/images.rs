@@ -4,12 +4,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use harness::cache::Cache;
-use harness::images::prune::{self, CurrentKeys, InUse, Verdict};
-use harness::images::{coredns, host, kind_node, kind_tool, kubernetes, oci, rootfs};
-use harness::lab::owner;
-use harness::progress;
-use harness::vm::{Accel, BootImage, BootMode, RunDir, VmSpec};
+use crate::cache::Cache;
+use crate::images::prune::{self, CurrentKeys, InUse, Verdict};
+use crate::images::{coredns, host, kind_node, kind_tool, kubernetes, oci, rootfs};
+use crate::lab::owner;
+use crate::progress;
+use crate::vm::{Accel, BootImage, BootMode, RunDir, VmSpec};
 
 #[derive(clap::Subcommand)]
 pub enum Command {
@@ -94,7 +94,7 @@ impl Image {
                 if spec.effective_boot_mode() == BootMode::Cold {
                     return Ok(PathBuf::from("(not taken: LAB_COLD_BOOT is set)"));
                 }
-                harness::vm::Vm::ensure_saved_state(cache, &spec, Accel::from_env()?)?.dir
+                crate::vm::Vm::ensure_saved_state(cache, &spec, Accel::from_env()?)?.dir
             }
         })
     }

@@ -6,8 +6,8 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use harness::lab::{ClusterKind, Lab, LabSpec, netns, owner, signals};
-use harness::vm::{BootImage, RunDir, Vm};
+use crate::lab::{ClusterKind, Lab, LabSpec, netns, owner, signals};
+use crate::vm::{BootImage, RunDir, Vm};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
@@ -128,7 +128,7 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
                 no_vm,
                 control_plane || cluster.is_some() || !(no_vm || no_control_plane),
                 kind.is_kind(),
-                !no_checkpoint && harness::checkpoint::enabled(),
+                !no_checkpoint && crate::checkpoint::enabled(),
                 at.number()?,
             )
         }
@@ -143,7 +143,7 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
 
 /// The VM name a node config asks for: its `name`, else the file stem.
 fn node_name(path: &Path) -> anyhow::Result<String> {
-    Ok(harness::node_config::NodeConfig::load(path)?.name().to_string())
+    Ok(crate::node_config::NodeConfig::load(path)?.name().to_string())
 }
 
 fn up(
@@ -174,8 +174,8 @@ fn up(
         None
     } else {
         let name = node_name(node_config)?;
-        let cache = harness::cache::Cache::open()?;
-        let image = harness::images::host::require(&cache)?;
+        let cache = crate::cache::Cache::open()?;
+        let image = crate::images::host::require(&cache)?;
         Some((name, BootImage::from(&image)))
     };
     let started = Instant::now();
@@ -212,14 +212,14 @@ fn up(
             let nic = lab.nics().pop().expect("vm_spec attached a NIC");
             // The cargo build output this harness was built in (`$CARGO_TARGET_DIR`, else the
             // directory holding this executable), read-only at /mnt/lab in the guest.
-            spec.share = Some(harness::deploy::plan::target_dir()).filter(|dir| dir.is_dir());
+            spec.share = Some(crate::deploy::plan::target_dir()).filter(|dir| dir.is_dir());
             eprintln!("==> booting VM {name} at {} ({}) ...", nic.ip, nic.tap);
             Some(Vm::boot(spec)?)
         }
     };
-    // The node: artifacts published, agent deployed and started, Node Ready (harness::deploy).
+    // The node: artifacts published, agent deployed and started, Node Ready (crate::deploy).
     let joined = match &vm {
-        Some(vm) if lab.cluster().is_some() => harness::deploy::join::join_and_report(&lab, vm, node_config),
+        Some(vm) if lab.cluster().is_some() => crate::deploy::join::join_and_report(&lab, vm, node_config),
         _ => true,
     };
     keep_until_signal(lab, vm, joined)
@@ -240,8 +240,8 @@ fn lab_spec(control_plane: bool, number: u8) -> LabSpec {
         control_plane,
         ..LabSpec::interactive()
     };
-    if number != harness::lab::addr::INTERACTIVE_LAB {
-        spec.log_dir = Some(harness::evidence::test_dir(&format!("lab-up-{number}")).join("lab"));
+    if number != crate::lab::addr::INTERACTIVE_LAB {
+        spec.log_dir = Some(crate::evidence::test_dir(&format!("lab-up-{number}")).join("lab"));
     }
     spec
 }
@@ -250,11 +250,11 @@ fn lab_spec(control_plane: bool, number: u8) -> LabSpec {
 /// exists for the node as things are now (agent binary, node config, images; see docs/lab.md,
 /// "Joined-node checkpoints"); `None` (saying why) when there is none or QEMU cannot load it.
 fn resume_from_checkpoint(node_config: &Path, spec: LabSpec) -> anyhow::Result<Option<(Lab, Vm)>> {
-    use harness::checkpoint::node::{self as saved_node, NodeCheckpointError};
-    let node = harness::node_config::NodeConfig::load(node_config)?;
-    let cache = harness::cache::Cache::open()?;
+    use crate::checkpoint::node::{self as saved_node, NodeCheckpointError};
+    let node = crate::node_config::NodeConfig::load(node_config)?;
+    let cache = crate::cache::Cache::open()?;
     let inputs = saved_node::inputs(&cache, &node, node_config, spec.kind_cluster)?;
-    let Some(saved) = harness::checkpoint::find(&cache, &inputs) else {
+    let Some(saved) = crate::checkpoint::find(&cache, &inputs) else {
         eprintln!(
             "==> no checkpoint of node {} for this agent build, node config and images: joining for real (a scenario run saves one)",
             node.name()
@@ -267,7 +267,7 @@ fn resume_from_checkpoint(node_config: &Path, spec: LabSpec) -> anyhow::Result<O
         saved.dir.display(),
         saved.age().as_secs()
     );
-    let share = Some(harness::deploy::plan::target_dir()).filter(|dir| dir.is_dir());
+    let share = Some(crate::deploy::plan::target_dir()).filter(|dir| dir.is_dir());
     match saved_node::resume(spec, &node, &cache, &saved, share) {
         Ok(resumed) => Ok(Some((resumed.lab, resumed.vm))),
         Err(err @ NodeCheckpointError::NotLoaded { .. }) => {
@@ -432,7 +432,7 @@ pub(super) fn admin_kubeconfig_of(number: u8) -> anyhow::Result<PathBuf> {
     if !owner::read_owner(&name).is_some_and(|o| o.is_alive()) {
         bail!("{name} is not running: start it with `harness lab up`");
     }
-    let path = harness::lab::cluster::admin_kubeconfig(&owner::run_dir(&name));
+    let path = crate::lab::cluster::admin_kubeconfig(&owner::run_dir(&name));
     if !path.is_file() {
         bail!(
             "{name} runs without a control plane (or it is still starting): {} does not exist; \

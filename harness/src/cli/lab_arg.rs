@@ -2,7 +2,7 @@
 //! or name, default lab 0 (the one `harness lab up` keeps), also from `$LAB_NAME`.
 
 use anyhow::bail;
-use harness::lab::addr::{INTERACTIVE_LAB, MAX_LAB};
+use crate::lab::addr::{INTERACTIVE_LAB, MAX_LAB};
 
 /// The `--lab` option; flatten it into a subcommand with `#[command(flatten)]`.
 #[derive(clap::Args, Clone, Debug)]

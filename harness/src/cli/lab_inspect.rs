@@ -1,11 +1,11 @@
 //! `harness lab status` and `harness lab logs`: a running lab seen from another terminal
-//! (see `harness::inspect`).
+//! (see `crate::inspect`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use harness::inspect::{LabView, logs, status};
+use crate::inspect::{LabView, logs, status};
 
 /// `--output` of `harness lab status`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -36,7 +36,7 @@ pub fn logs(number: u8, out: Option<PathBuf>) -> anyhow::Result<ExitCode> {
         dir.display()
     );
     let dir = logs::collect(&view, &dir).with_context(|| format!("creating {}", dir.display()))?;
-    let index = std::fs::read_to_string(dir.join(harness::evidence::INDEX_FILE)).unwrap_or_default();
+    let index = std::fs::read_to_string(dir.join(crate::evidence::INDEX_FILE)).unwrap_or_default();
     eprint!("{index}");
     println!("{}", dir.display());
     Ok(ExitCode::SUCCESS)

@@ -11,8 +11,8 @@ use anyhow::Context;
 /// (stdin, stdout and the exit status are kubectl's, so `kubectl run -it` works too).
 pub fn run(number: u8, args: &[OsString]) -> anyhow::Result<ExitCode> {
     let kubeconfig = super::lab::admin_kubeconfig_of(number)?;
-    let cache = harness::cache::Cache::open()?;
-    let kubectl = harness::images::kubernetes::require(&cache)?.binary("kubectl");
+    let cache = crate::cache::Cache::open()?;
+    let kubectl = crate::images::kubernetes::require(&cache)?.binary("kubectl");
     let err = std::process::Command::new(&kubectl)
         .arg("--kubeconfig")
         .arg(&kubeconfig)

@@ -1,6 +1,6 @@
 //! `harness vm ...`: reach a VM of a running lab (`harness lab up`) by name — run a command,
 //! copy files, attach a shell. The VM is found through its run directory
-//! (`$LAB_RUN_DIR/<lab>/vms/<name>/`, see `harness::vm::rundir`).
+//! (`$LAB_RUN_DIR/<lab>/vms/<name>/`, see `crate::vm::rundir`).
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use harness::vm::{Accel, Deadlines, ExitKind, GuestAgent, RunDir};
+use crate::vm::{Accel, Deadlines, ExitKind, GuestAgent, RunDir};
 
 use super::lab_arg::LabArg;
 
@@ -85,7 +85,7 @@ fn exec(
 ) -> anyhow::Result<ExitCode> {
     let agent = agent(name, lab)?;
     let argv = match command.as_slice() {
-        [one] => harness::vm::shell(one),
+        [one] => crate::vm::shell(one),
         _ => command,
     };
     let timeout = timeout
