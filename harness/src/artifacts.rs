@@ -12,7 +12,7 @@
 //! | `/container-images/amd64/<name>-<tag>.tar` (+ `.sha256`) | OCI image archives     | `ContainerImages[{Ref,URL,SHA256}]` |
 //!
 //! The offline bundle (a cache entry of kind `offline-bundle`, hard links into the other
-//! entries): `manifest.json` (`versions.{coredns,kubernetes,pause,busybox}`, plus
+//! entries): `manifest.json` (`versions.{coredns,kubernetes,pause,busybox,kube-proxy}`, plus
 //! `machineImage` and `containerImages` naming the files and their sha256),
 //! `coredns/v<ver>/bin/linux/amd64/coredns`, `kubernetes/v<ver>/bin/linux/amd64/{kubelet,kubectl}`,
 //! `rootfs/rootfs.tar.gz`, `container-images/amd64/<name>-<tag>.tar`, each with its `.sha256`.
@@ -25,7 +25,7 @@ use agent::config::{ContainerImageConfig, DownloadSource, DownloadsConfig, Machi
 
 use crate::cache::{Cache, CacheError, RecipeKey};
 use crate::error_chain::Chain;
-use crate::images::{coredns, kubernetes, oci, rootfs};
+use crate::images::{coredns, kind_node, kubernetes, oci, rootfs};
 use crate::lab::{Lab, LabError};
 
 /// The cache kind of the offline bundle.
@@ -95,7 +95,7 @@ pub struct LabArtifacts {
     pub downloads: DownloadsConfig,
     /// `MachineImage`: the rootfs tarball's URL and sha256.
     pub machine_image: MachineImageConfig,
-    /// `ContainerImages`: pause first, then the test image.
+    /// `ContainerImages`: pause first, then the test image, then kube-proxy.
     pub container_images: Vec<ContainerImageConfig>,
     /// containerd's `sandbox_image` ([`oci::PAUSE_REF`]).
     pub pause_ref: String,
@@ -125,6 +125,8 @@ struct Inputs {
     kubernetes: kubernetes::KubernetesArtifact,
     rootfs: rootfs::Rootfs,
     images: oci::OciImages,
+    /// The Kind node image's entry, for its kube-proxy archive.
+    kind_node: kind_node::KindNodeImage,
 }
 
 /// Finds every cached build, or names every missing one with the command that builds it.
@@ -133,19 +135,27 @@ fn inputs(cache: &Cache) -> Result<Inputs, ArtifactsError> {
     let kubernetes = kubernetes::require(cache);
     let rootfs = rootfs::require(cache);
     let images = oci::require(cache);
-    match (coredns, kubernetes, rootfs, images) {
-        (Ok(coredns), Ok(kubernetes), Ok(rootfs), Ok(images)) => Ok(Inputs {
+    let kind_node = kind_node::require(cache);
+    match (coredns, kubernetes, rootfs, images, kind_node) {
+        (Ok(coredns), Ok(kubernetes), Ok(rootfs), Ok(images), Ok(kind_node)) => Ok(Inputs {
             coredns,
             kubernetes,
             rootfs,
             images,
+            kind_node,
         }),
-        (coredns, kubernetes, rootfs, images) => {
-            let missing: Vec<String> = [coredns.err(), kubernetes.err(), rootfs.err(), images.err()]
-                .into_iter()
-                .flatten()
-                .map(|e| format!("  - {}", Chain(&e)))
-                .collect();
+        (coredns, kubernetes, rootfs, images, kind_node) => {
+            let missing: Vec<String> = [
+                coredns.err(),
+                kubernetes.err(),
+                rootfs.err(),
+                images.err(),
+                kind_node.err(),
+            ]
+            .into_iter()
+            .flatten()
+            .map(|e| format!("  - {}", Chain(&e)))
+            .collect();
             Err(ArtifactsError::Missing(missing.join("\n")))
         }
     }
@@ -156,19 +166,21 @@ fn inputs(cache: &Cache) -> Result<Inputs, ArtifactsError> {
 pub fn publish(lab: &Lab, cache: &Cache) -> Result<LabArtifacts, ArtifactsError> {
     let inputs = inputs(cache)?;
     let offline_bundle = offline_bundle(cache, &inputs).map_err(ArtifactsError::Bundle)?;
+    let node_images = node_images(&inputs);
     let Inputs {
         coredns,
         kubernetes,
         rootfs,
         images,
-    } = inputs;
+        ..
+    } = &inputs;
     let base_url = lab.addrs().http_url();
     let mut published = vec![
         (COREDNS_PATH.to_string(), coredns.release_root.clone()),
         (KUBERNETES_PATH.to_string(), kubernetes.release_root.clone()),
     ];
     published.extend(
-        pinned_files(&rootfs, &images)
+        pinned_files(rootfs, &node_images)
             .into_iter()
             .map(|(relative, file)| (format!("/{}", relative.display()), file)),
     );
@@ -181,9 +193,9 @@ pub fn publish(lab: &Lab, cache: &Cache) -> Result<LabArtifacts, ArtifactsError>
             })?;
     }
     let url = |path: &str| format!("{base_url}{path}");
-    let container_images = node_images(&images)
-        .into_iter()
-        .map(|image| ContainerImageConfig {
+    let container_images = node_images
+        .iter()
+        .map(|NodeImage { image, .. }| ContainerImageConfig {
             reference: Some(image.reference.clone()),
             url: Some(url(&format!("/{}", image.file))),
             sha256: Some(image.sha256.clone()),
@@ -203,14 +215,14 @@ pub fn publish(lab: &Lab, cache: &Cache) -> Result<LabArtifacts, ArtifactsError>
             }),
         },
         machine_image: MachineImageConfig {
-            url: Some(url(&format!("/{}", rootfs_file(&rootfs)))),
+            url: Some(url(&format!("/{}", rootfs_file(rootfs)))),
             sha256: Some(rootfs.sha256.clone()),
         },
         container_images,
-        pause_ref: oci::PAUSE_REF.to_string(),
-        test_image_ref: oci::TEST_IMAGE_REF.to_string(),
-        coredns_version: coredns.version,
-        kubernetes_version: kubernetes.version,
+        pause_ref: images.pause().reference.clone(),
+        test_image_ref: images.test_image().reference.clone(),
+        coredns_version: coredns.version.clone(),
+        kubernetes_version: kubernetes.version.clone(),
         base_url,
         published,
         offline_bundle,
@@ -231,6 +243,7 @@ fn bundle_key(inputs: &Inputs) -> RecipeKey {
         &entry_key(&inputs.kubernetes.dir),
         &entry_key(&inputs.rootfs.dir),
         &entry_key(&inputs.images.dir),
+        &entry_key(&inputs.kind_node.dir),
     )
 }
 
@@ -242,11 +255,12 @@ fn offline_bundle(cache: &Cache, inputs: &Inputs) -> Result<PathBuf, CacheError>
 }
 
 fn assemble_bundle(inputs: &Inputs, out: &Path) -> Result<(), BundleError> {
+    let node_images = node_images(inputs);
     let Inputs {
         coredns,
         kubernetes,
         rootfs,
-        images,
+        ..
     } = inputs;
     let coredns_bin = coredns::ARCH;
     let mut files: Vec<(PathBuf, PathBuf)> = Vec::new();
@@ -265,7 +279,7 @@ fn assemble_bundle(inputs: &Inputs, out: &Path) -> Result<(), BundleError> {
             kubernetes.offline_binary(&spec),
         );
     }
-    files.extend(pinned_files(rootfs, images));
+    files.extend(pinned_files(rootfs, &node_images));
     for (relative, source) in &files {
         let dest = out.join(relative);
         let parent = dest.parent().expect("a path under out has a parent");
@@ -276,19 +290,18 @@ fn assemble_bundle(inputs: &Inputs, out: &Path) -> Result<(), BundleError> {
         })?;
         link_or_copy(source, &dest)?;
     }
-    let [pause_version, busybox_version] = node_images(images).map(|i| {
-        crate::images::oci_layout::tag_of(&i.reference)
-            .unwrap_or_default()
-            .to_string()
-    });
-    let container_images = node_images(images)
-        .map(|i| serde_json::json!({ "Ref": i.reference, "File": i.file, "SHA256": i.sha256 }));
+    let version_of = |image: &oci::ManifestImage| oci::tag(&image.reference).to_string();
+    let container_images: Vec<_> = node_images
+        .iter()
+        .map(|NodeImage { image: i, .. }| serde_json::json!({ "Ref": i.reference, "File": i.file, "SHA256": i.sha256 }))
+        .collect();
     let manifest = serde_json::json!({
         "versions": {
             "coredns": coredns.version,
             "kubernetes": kubernetes.version,
-            "pause": pause_version,
-            "busybox": busybox_version,
+            "pause": version_of(inputs.images.pause()),
+            "busybox": version_of(inputs.images.test_image()),
+            "kube-proxy": version_of(&inputs.kind_node.kube_proxy),
         },
         "machineImage": { "File": rootfs_file(rootfs), "SHA256": rootfs.sha256 },
         "containerImages": container_images,
@@ -302,9 +315,31 @@ fn assemble_bundle(inputs: &Inputs, out: &Path) -> Result<(), BundleError> {
     })
 }
 
-/// The images a node gets (`ContainerImages`): pause first, then the test image.
-fn node_images(images: &oci::OciImages) -> [&oci::ManifestImage; 2] {
-    [images.pause(), images.test_image()]
+/// One image a node gets, and its archive on the host.
+struct NodeImage<'a> {
+    image: &'a oci::ManifestImage,
+    archive: PathBuf,
+}
+
+/// The images a node gets (`ContainerImages`): pause first, then the test image, then
+/// kube-proxy (the Kind cluster's kube-proxy DaemonSet runs it on every node).
+fn node_images(inputs: &Inputs) -> Vec<NodeImage<'_>> {
+    let oci = &inputs.images;
+    let kind_node = &inputs.kind_node;
+    vec![
+        NodeImage {
+            image: oci.pause(),
+            archive: oci.path_of(oci.pause()),
+        },
+        NodeImage {
+            image: oci.test_image(),
+            archive: oci.path_of(oci.test_image()),
+        },
+        NodeImage {
+            image: &kind_node.kube_proxy,
+            archive: kind_node.path_of(&kind_node.kube_proxy),
+        },
+    ]
 }
 
 /// `rootfs/<tarball>`: the rootfs tarball's place on the server and in the bundle.
@@ -319,12 +354,12 @@ fn rootfs_file(rootfs: &rootfs::Rootfs) -> String {
 /// The two trees laid out alike on the artifact server and in the offline bundle (docs/design.md §4):
 /// `rootfs/<tarball>` and `container-images/<arch>/<name>-<tag>.tar`, each with its `.sha256`,
 /// as (relative path, host file).
-fn pinned_files(rootfs: &rootfs::Rootfs, images: &oci::OciImages) -> Vec<(PathBuf, PathBuf)> {
+fn pinned_files(rootfs: &rootfs::Rootfs, images: &[NodeImage]) -> Vec<(PathBuf, PathBuf)> {
     let mut files = vec![(PathBuf::from(rootfs_file(rootfs)), rootfs.tarball.clone())];
     files.extend(
-        node_images(images)
-            .into_iter()
-            .map(|image| (PathBuf::from(&image.file), images.path_of(image))),
+        images
+            .iter()
+            .map(|NodeImage { image, archive }| (PathBuf::from(&image.file), archive.clone())),
     );
     files
         .into_iter()
@@ -376,7 +411,13 @@ mod tests {
             panic!("an empty cache has every input")
         };
         let text = err.to_string();
-        for what in ["CoreDNS", "Kubernetes", "machine rootfs", "OCI images"] {
+        for what in [
+            "CoreDNS",
+            "Kubernetes",
+            "machine rootfs",
+            "OCI images",
+            "Kind node image",
+        ] {
             assert!(text.contains(what), "{what} not named in: {text}");
         }
         assert!(text.contains("harness images build"), "{text}");

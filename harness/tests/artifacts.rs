@@ -14,7 +14,7 @@ use agent::artifact::source::{ArtifactSpec, COREDNS, KUBECTL, KUBELET, resolve_o
 use agent::artifact::{FetchOptions, Fetcher, Resolved, checksum, offline};
 use harness::artifacts::{LabArtifacts, publish};
 use harness::cache::Cache;
-use harness::images::{coredns, kubernetes, oci, rootfs};
+use harness::images::{coredns, kind_node, kubernetes, oci, rootfs};
 use harness::lab::{Lab, LabSpec, netns};
 
 fn start(test: &str) -> Lab {
@@ -132,11 +132,12 @@ fn every_published_artifact_is_fetched_by_the_agent_over_the_lab_server_and_veri
     let lab = start("every_published_artifact_is_fetched_by_the_agent_over_the_lab_server_and_verifies");
     let artifacts = published(&lab);
     let cache = cache();
-    let (c, k, r, images) = (
+    let (c, k, r, images, kind_node) = (
         coredns::require(&cache).unwrap(),
         kubernetes::require(&cache).unwrap(),
         rootfs::require(&cache).unwrap(),
         oci::require(&cache).unwrap(),
+        kind_node::require(&cache).unwrap(),
     );
     let base = lab.addrs().http_url();
     assert_eq!(artifacts.base_url, base);
@@ -146,7 +147,11 @@ fn every_published_artifact_is_fetched_by_the_agent_over_the_lab_server_and_veri
             .iter()
             .map(|i| i.reference.clone().unwrap())
             .collect::<Vec<_>>(),
-        [oci::PAUSE_REF, oci::TEST_IMAGE_REF]
+        [
+            oci::PAUSE_REF,
+            oci::TEST_IMAGE_REF,
+            &format!("registry.k8s.io/kube-proxy:v{}", k.version)
+        ]
     );
     assert_eq!(artifacts.pause_ref, oci::PAUSE_REF);
 
@@ -179,7 +184,7 @@ fn every_published_artifact_is_fetched_by_the_agent_over_the_lab_server_and_veri
     }
     assert_eq!(fetched["rootfs"].sha256, r.sha256);
     assert_eq!(fetched["rootfs"].source, format!("{base}/rootfs/rootfs.tar.gz"));
-    for image in &images.manifest.images {
+    for image in images.manifest.images.iter().chain([&kind_node.kube_proxy]) {
         let got = &fetched[&image.reference];
         assert_eq!(got.sha256, image.sha256, "{}", image.reference);
         assert_eq!(got.source, format!("{base}/{}", image.file));
@@ -215,6 +220,10 @@ fn offline_bundle_alone_holds_every_artifact_the_node_config_names() {
     let manifest: serde_json::Value =
         serde_json::from_str(&fs::read_to_string(bundle.join("manifest.json")).unwrap()).unwrap();
     assert_eq!(manifest["versions"]["pause"], "3.10.1");
+    assert_eq!(
+        manifest["versions"]["kube-proxy"],
+        format!("v{}", artifacts.kubernetes_version)
+    );
     // The files the online config names resolve in the bundle alone (docs/design.md §4 paths).
     for (i, request) in pinned_requests(&artifacts).iter().enumerate() {
         let got = download(request, Some(bundle), &work.path().join(format!("pinned-{i}"))).unwrap();

@@ -13,11 +13,11 @@
 //! `harness::evidence`), the lab's DNS and HTTP logs under `.../<test>/lab/`.
 
 pub mod cluster;
-pub mod cluster_coredns;
 pub mod cni_results;
 pub mod conntrack_burst;
 pub mod dns;
 pub mod host_state;
+pub mod kube_proxy;
 pub mod lifecycle;
 pub mod listener_probe;
 pub mod metrics;

@@ -4,7 +4,8 @@
 //! and 4 `/ready` probe NOTRACK rules, each with the comment; the network unit ordered between
 //! nftables and the machine — and under a burst of pod queries to both listeners, with the
 //! supervisor probing them all along, the conntrack table holds no entry for a listener address
-//! (any port: DNS, the probes, anything else of ours). The expected link and table are written out here from docs/design.md §6, not taken
+//! (any port: DNS, the probes, anything else of ours), with the Kind cluster's kube-proxy running
+//! on the node and its nftables table loaded beside ours. The expected link and table are written out here from docs/design.md §6, not taken
 //! from the agent's renderer. The conntrack reads are controlled: the same pods also query a
 //! DNS server that is not a listener, and those (tracked) queries must show up in the reads.
 
@@ -16,6 +17,7 @@ use scenarios::conntrack_burst::listener_queries_leave_no_conntrack_entries;
 use scenarios::host_state::{
     self, LINK, NETWORK_UNIT, NFT_FAMILY, NFT_TABLE, read_link, read_nft_table, unit_properties,
 };
+use scenarios::kube_proxy::{kube_proxys_table_sits_beside_localdns, wait_kube_proxy_running};
 use scenarios::node::JoinedNode;
 
 /// Spec §6's table for the default listeners with `NOTRACKReplies` (node-configs/localdns.json).
@@ -68,6 +70,11 @@ fn notrack(node: &mut JoinedNode) -> anyhow::Result<()> {
     link_is_exactly_the_designed_one(node)?;
     table_is_exactly_the_designed_one(node)?;
     network_unit_sits_between_nftables_and_the_machine(node, &machine)?;
+    if scenarios::lab_cluster_is_kind()? {
+        // The burst runs with the Kind cluster's kube-proxy rules loaded on the host.
+        wait_kube_proxy_running(node, node.deadline(3))?;
+        kube_proxys_table_sits_beside_localdns(node, node.deadline(2))?;
+    }
     listener_queries_leave_no_conntrack_entries(node)
 }
 

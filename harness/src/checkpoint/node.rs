@@ -57,6 +57,9 @@ pub enum NodeCheckpointError {
     Client(#[from] ControlPlaneError),
     #[error("the lab has no control plane")]
     NoControlPlane,
+    /// A Kind checkpoint is saved only once the node's kube-proxy has synced its rules.
+    #[error("before saving the node: {0}")]
+    KubeProxy(#[source] crate::wait::WaitTimeout),
     #[error("starting a tokio runtime: {0}")]
     Runtime(#[source] std::io::Error),
     #[error("{what}: {source}")]
@@ -156,8 +159,9 @@ pub fn inputs(
     })?)
 }
 
-/// Saves a node that joined in `lab` on `vm` (Node Ready) into the entry directory `out`: the
-/// VM saved and stopped, the control plane stopped and its state copied, the lab torn down.
+/// Saves a node that joined in `lab` on `vm` (Node Ready; on Kind, its kube-proxy synced) into
+/// the entry directory `out`: the VM saved and stopped, the control plane stopped and its state
+/// copied, the lab torn down.
 pub fn save(
     out: &Path,
     mut lab: Lab,
@@ -170,6 +174,17 @@ pub fn save(
         .saved_state()
         .map(|dir| dir.join(crate::vm::state::DISK))
         .unwrap_or_else(|| vm.spec().image.disk.clone());
+    if lab.cluster_is_kind() {
+        // The Kind cluster's kube-proxy DaemonSet pod has started on the node and written its
+        // rules: a resumed node has them at once (crate::kind::node_proxy).
+        let step = crate::progress::Step::start(format!(
+            "node {}: waiting for its kube-proxy to sync",
+            deployed.name
+        ));
+        crate::kind::node_proxy::wait_kube_proxy_synced(&vm, vm.deadlines().command * 3)
+            .map_err(NodeCheckpointError::KubeProxy)?;
+        step.finish();
+    }
     let step = crate::progress::Step::start(format!("saving node {} into a checkpoint", deployed.name));
     let save = vm.save_into(out)?;
     step.line(&format!("VM saved in {:.1}s", save.as_secs_f64()));
@@ -197,9 +212,9 @@ pub struct ResumedNode {
 /// Resumes `saved` (a checkpoint of `node`): the lab of `lab_spec` with the checkpoint's control
 /// plane, the node artifacts published, the VM resumed (with `share` at `/mnt/lab`, or the
 /// offline bundle for an offline node, which is cut off from the artifact server again and
-/// probed), then waits until the kubelet renewed its Lease in this cluster and the Node is
-/// Ready, and the cluster DNS answers from the lab namespace
-/// ([`crate::lab::cluster_dns_probe`]). [`NodeCheckpointError::NotLoaded`] when QEMU cannot load the checkpoint.
+/// probed), its connections to the saved cluster's API server closed, then waits until the
+/// kubelet renewed its Lease in this cluster and the Node is Ready, and the cluster DNS answers
+/// from the lab namespace ([`crate::lab::cluster_dns_probe`]) and from the node. [`NodeCheckpointError::NotLoaded`] when QEMU cannot load the checkpoint.
 pub fn resume(
     lab_spec: LabSpec,
     node: &NodeConfig,
@@ -247,6 +262,7 @@ pub fn resume(
         other => other.into(),
     })?;
     let timeout = vm.deadlines().command * 2;
+    close_connections_to_the_saved_api_server(&vm, &lab)?;
     let step = crate::progress::Step::start(format!(
         "waiting for the resumed kubelet of {} to renew its Lease and the Node to be Ready",
         deployed.name
@@ -272,10 +288,13 @@ pub fn resume(
     // behind the Service, the node's queries to it fail (SERVFAIL through LocalDNS).
     let cluster_dns = lab.cluster().ok_or(NodeCheckpointError::NoControlPlane)?.cluster_dns;
     let step = crate::progress::Step::start(format!(
-        "waiting for the cluster DNS {cluster_dns} to answer from the lab namespace"
+        "waiting for the cluster DNS {cluster_dns} to answer from the lab namespace and the node"
     ));
     crate::lab::cluster_dns_probe::wait_answers_in(&lab.name(), cluster_dns, timeout)
         .map_err(NodeCheckpointError::ClusterDns)?;
+    // On Kind the node's own kube-proxy sends its queries on: it must have the restored CoreDNS
+    // pod's endpoint, which it lists again once its old connection is gone (above).
+    wait_node_reaches_cluster_dns(&vm, cluster_dns, timeout).map_err(NodeCheckpointError::ClusterDns)?;
     step.finish();
     let offline_probe = if node.offline {
         Some(offline::prove_and_hand_over(&lab, &vm, &artifacts)?.1)
@@ -289,6 +308,42 @@ pub fn resume(
         deployed,
         offline_probe,
     })
+}
+
+/// Closes the resumed VM's TCP connections to the API server (`ss -K`): the saved cluster's
+/// server knew them, the restored one does not. Its kubelet and kube-proxy then connect again and
+/// list what changed (a restored Kind node's CoreDNS pod has a new address) at once, instead of
+/// after their HTTP/2 health checks give up on the silent connection (~30 s).
+fn close_connections_to_the_saved_api_server(vm: &Vm, lab: &Lab) -> Result<(), NodeCheckpointError> {
+    let cluster = lab.cluster().ok_or(NodeCheckpointError::NoControlPlane)?;
+    let endpoint = cluster
+        .api_server
+        .trim_start_matches("https://")
+        .trim_end_matches('/')
+        .to_string();
+    let (ip, port) = endpoint.rsplit_once(':').ok_or_else(|| NodeCheckpointError::Host {
+        what: "the API server's address".into(),
+        why: format!("{:?} has no port", cluster.api_server),
+    })?;
+    vm.run(&format!("ss -K dst {ip} dport = :{port} >/dev/null"))?;
+    Ok(())
+}
+
+/// Waits until a DNS query over TCP from the VM's host to the cluster DNS is answered: the path
+/// the node's LocalDNS forwards on (on Kind, through the node's kube-proxy).
+fn wait_node_reaches_cluster_dns(vm: &Vm, cluster_dns: std::net::Ipv4Addr, timeout: Duration) -> Result<(), WaitTimeout> {
+    let name = crate::lab::cluster_dns_probe::PROBE_NAME;
+    let dig = format!("dig +tcp +time=2 +tries=1 +short @{cluster_dns} {name} 2>&1");
+    crate::wait::wait_until(
+        format!("VM {}", vm.name()),
+        timeout,
+        format!("an answer for {name} from {cluster_dns} over TCP"),
+        || match vm.run_unchecked(&dig) {
+            Ok(out) if out.stdout_text().trim().parse::<std::net::Ipv4Addr>().is_ok() => Attempt::Ready(()),
+            Ok(out) => Attempt::Retry(format!("dig printed {:?}", out.stdout_text().trim())),
+            Err(e) => Attempt::Retry(e.to_string()),
+        },
+    )
 }
 
 /// The `resourceVersion` of the node's Lease (`None` when there is none).

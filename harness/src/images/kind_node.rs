@@ -48,7 +48,7 @@ pub const IMPORT_UNIT: &str = "unbounded-lab-import-images.service";
 /// The node image's tarball, in the entry.
 pub const TARBALL: &str = "node-image.tar";
 /// Bump when this file changes what a build produces.
-const RECIPE_VERSION: &str = "kind-node-4";
+const RECIPE_VERSION: &str = "kind-node-5";
 const PATH_ENV: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// The parts the node image is made of, each a cache entry of its own.
@@ -450,9 +450,11 @@ fn component_image(
             let binary = parts.kubernetes.binary(name);
             spec.entries = in_local_bin(&binary)?;
             spec.entries.extend(nft_closure(root)?);
+            spec.entries.extend(protocol_names(root)?);
             spec.entrypoint = Some(vec![format!("/usr/local/bin/{name}")]);
             format!(
-                "/usr/local/bin/kube-proxy: {}; /usr/sbin/nft and its libraries from the node's Debian",
+                "/usr/local/bin/kube-proxy: {}; /usr/sbin/nft and its libraries, /etc/protocols and \
+                 /etc/services from the node's Debian",
                 binary.display()
             )
         }
@@ -501,6 +503,20 @@ fn nft_closure(root: &Path) -> Result<Vec<LayerEntry>, ImageError> {
     let mut all: Vec<LayerEntry> = dirs.iter().map(|d| LayerEntry::dir(d, 0o755)).collect();
     all.append(&mut entries);
     Ok(all)
+}
+
+/// `/etc/protocols` and `/etc/services` of the node's root, as layer entries. Without them `nft
+/// --json` lists a map's `inet_proto` as a number (`6`) where kube-proxy writes a name (`tcp`):
+/// knftables then reads every existing `service-ips` element as a stranger, and a kube-proxy
+/// started over its own table (after the node's machine restarts) adds each element and deletes
+/// it again in one transaction, leaving every ClusterIP rejected until its hourly full sync.
+fn protocol_names(root: &Path) -> Result<Vec<LayerEntry>, ImageError> {
+    let mut entries = vec![LayerEntry::dir("etc", 0o755)];
+    for name in ["etc/protocols", "etc/services"] {
+        let host = root.join(name);
+        entries.push(LayerEntry::file(name, 0o644, fs::read(&host).map_err(io_err("reading", &host))?));
+    }
+    Ok(entries)
 }
 
 /// The absolute paths `ldd` prints (`libx.so => /lib/.../libx.so (0x...)`, `/lib64/ld-... (0x...)`).

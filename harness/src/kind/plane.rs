@@ -38,7 +38,8 @@ pub const KIND_NODE_LAB_IP: Ipv4Addr = Ipv4Addr::new(192, 168, 100, 3);
 pub const CLUSTER_DNS_IP: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 10);
 /// The lab VMs whose pod CIDRs the node routes (`10.244.<k>.0/24` via `192.168.100.<10+k>`).
 const ROUTED_VMS: u8 = 8;
-/// Bump when [`KindControlPlane::configure`] changes what a new cluster holds: a checkpoint of a
+/// Bump when [`KindControlPlane::configure`] changes what a new cluster holds, or a Kind
+/// checkpoint's node is saved in another state (its kube-proxy synced first): a checkpoint of a
 /// Kind node ([`setup_key`]) holds the cluster as it was set up.
 const SETUP_REVISION: &str = "kind-setup-3";
 

@@ -244,6 +244,14 @@ impl Lab {
         &self.http
     }
 
+    /// Whether the lab's cluster is a Kind cluster.
+    pub fn cluster_is_kind(&self) -> bool {
+        self.cluster
+            .as_deref()
+            .and_then(|plane| plane.kind_record())
+            .is_some()
+    }
+
     /// The cluster, when the lab was started with `LabSpec.control_plane`.
     pub fn cluster(&self) -> Option<&crate::controlplane::ClusterAccess> {
         self.cluster.as_deref().map(|c| c.access())

@@ -29,9 +29,14 @@ impl CurrentKeys {
         let coredns = Ok(coredns::key());
         let kubernetes = Ok(kubernetes::key());
         let oci = oci::key().map_err(why);
-        let bundle = match (&coredns, &kubernetes, &rootfs, &oci) {
-            (Ok(c), Ok(k), Ok(r), Ok(o)) => Ok(bundle_key(&c.hex(), &k.hex(), &r.hex(), &o.hex())),
-            _ => Err("the key of one of its parts (coredns, kubernetes, rootfs, oci) is unknown".into()),
+        let kind_node = kind_node::key().map_err(why);
+        let bundle = match (&coredns, &kubernetes, &rootfs, &oci, &kind_node) {
+            (Ok(c), Ok(k), Ok(r), Ok(o), Ok(n)) => {
+                Ok(bundle_key(&c.hex(), &k.hex(), &r.hex(), &o.hex(), &n.hex()))
+            }
+            _ => Err(
+                "the key of one of its parts (coredns, kubernetes, rootfs, oci, kind-node) is unknown".into(),
+            ),
         };
         let mut keys = CurrentKeys::default();
         for (kind, key) in [
@@ -74,15 +79,16 @@ impl CurrentKeys {
     }
 }
 
-/// The offline bundle's key from its parts' keys (the entry directory names of the four entries
+/// The offline bundle's key from its parts' keys (the entry directory names of the five entries
 /// it links from): the one formula, used by `artifacts` to assemble the bundle and here to know it.
-pub fn bundle_key(coredns: &str, kubernetes: &str, rootfs: &str, oci: &str) -> RecipeKey {
+pub fn bundle_key(coredns: &str, kubernetes: &str, rootfs: &str, oci: &str, kind_node: &str) -> RecipeKey {
     RecipeKey::new(BUNDLE_KIND)
-        .with("layout", "offline-bundle-1")
+        .with("layout", "offline-bundle-2")
         .with("coredns", coredns)
         .with("kubernetes", kubernetes)
         .with("rootfs", rootfs)
         .with("oci", oci)
+        .with("kind-node", kind_node)
 }
 
 /// The saved states valid for the current host image (see [`CurrentKeys::of_recipes`]).
