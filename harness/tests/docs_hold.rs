@@ -13,7 +13,10 @@ use pulldown_cmark::{CodeBlockKind, Event, Parser, Tag, TagEnd};
 use regex::Regex;
 
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 /// README.md and every Markdown file under docs/.
@@ -256,10 +259,14 @@ fn parses(program: Program, args: &[String]) -> Result<(), clap::Error> {
     match result {
         Ok(()) => Ok(()),
         // `--help` and `--version` are command lines that work.
-        Err(e) if matches!(
-            e.kind(),
-            clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
-        ) => Ok(()),
+        Err(e)
+            if matches!(
+                e.kind(),
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
+            ) =>
+        {
+            Ok(())
+        }
         Err(e) => Err(e),
     }
 }
@@ -304,7 +311,11 @@ fn every_command_line_in_the_docs_parses_with_the_real_cli() {
             for (program, args, command) in command_lines(found) {
                 checked += 1;
                 let result = parses(program, &args);
-                let holds = if whole { result.is_ok() } else { names_a_command(&result) };
+                let holds = if whole {
+                    result.is_ok()
+                } else {
+                    names_a_command(&result)
+                };
                 if !holds {
                     let why = result.err().map(|e| first_line(&e)).unwrap_or_default();
                     wrong.push(format!("{}:{}: `{}`: {why}", found.file, found.line, command));
@@ -312,7 +323,10 @@ fn every_command_line_in_the_docs_parses_with_the_real_cli() {
             }
         }
     }
-    assert!(checked > 100, "only {checked} command lines found in the docs: is the reader broken?");
+    assert!(
+        checked > 100,
+        "only {checked} command lines found in the docs: is the reader broken?"
+    );
     assert!(
         wrong.is_empty(),
         "{} of {checked} command lines in the docs do not parse:\n{}",
@@ -323,8 +337,17 @@ fn every_command_line_in_the_docs_parses_with_the_real_cli() {
 
 /// The repository's top-level entries a path in code may start with.
 const TOP: &[&str] = &[
-    "agent/", "harness/", "scenarios/", "docs/", "scripts/", "node-configs/", "images/", "deploy/",
-    ".ci/", ".config/", ".github/",
+    "agent/",
+    "harness/",
+    "scenarios/",
+    "docs/",
+    "scripts/",
+    "node-configs/",
+    "images/",
+    "deploy/",
+    ".ci/",
+    ".config/",
+    ".github/",
 ];
 
 /// The repository paths a piece of code names: words starting with a top-level directory and
@@ -369,7 +392,10 @@ fn every_repository_path_and_relative_link_in_the_docs_exists() {
             }
         }
     }
-    assert!(checked > 50, "only {checked} paths and links found in the docs: is the reader broken?");
+    assert!(
+        checked > 50,
+        "only {checked} paths and links found in the docs: is the reader broken?"
+    );
     assert!(
         missing.is_empty(),
         "{} of {checked} paths and links in the docs name nothing in the repository:\n{}",
@@ -460,7 +486,11 @@ fn no_doc_or_comment_carries_a_date_session_issue_number_or_commit_nor_a_name_th
             }
         }
     }
-    assert!(files.len() > 100, "only {} files read: is the walk broken?", files.len());
+    assert!(
+        files.len() > 100,
+        "only {} files read: is the walk broken?",
+        files.len()
+    );
     assert!(
         found.is_empty(),
         "history belongs in git, not in docs or comments ({} lines):\n{}",
@@ -474,10 +504,17 @@ fn the_readers_find_commands_paths_and_process_words() {
     let line = Found {
         file: "x".into(),
         line: 1,
-        text: "sudo LAB=1 ./target/debug/harness lab status --lab <n>; kubectl unbounded machine --help  # note".into(),
+        text:
+            "sudo LAB=1 ./target/debug/harness lab status --lab <n>; kubectl unbounded machine --help  # note"
+                .into(),
     };
     let commands = command_lines(&line);
-    assert_eq!(commands.len(), 2, "{:?}", commands.iter().map(|c| &c.2).collect::<Vec<_>>());
+    assert_eq!(
+        commands.len(),
+        2,
+        "{:?}",
+        commands.iter().map(|c| &c.2).collect::<Vec<_>>()
+    );
     assert_eq!(commands[0].0, Program::Harness);
     assert_eq!(commands[0].1, ["lab", "status", "--lab", "3"]);
     assert_eq!(commands[1].0, Program::KubectlPlugin);
@@ -491,10 +528,21 @@ fn the_readers_find_commands_paths_and_process_words() {
         ["harness/src/wait.rs", "agent/tests/cli.rs"]
     );
     let words = process_words();
-    for bad in ["measured 2026-12-03", "in session 12", "see issue #49", "(#51)", "commit abc1234"] {
+    for bad in [
+        "measured 2026-12-03",
+        "in session 12",
+        "see issue #49",
+        "(#51)",
+        "commit abc1234",
+    ] {
         assert!(words.is_match(bad), "{bad}");
     }
-    for fine in ["10.96.0.10", "a session of its own", "port 8080", "sha256 abc1234"] {
+    for fine in [
+        "10.96.0.10",
+        "a session of its own",
+        "port 8080",
+        "sha256 abc1234",
+    ] {
         assert!(!words.is_match(fine), "{fine}");
     }
 }

@@ -120,7 +120,10 @@ pub fn the_host_reaches_the_api_server_through_its_clusterip(node: &JoinedNode) 
     let dig = format!(
         "dig +tcp +time=5 +tries=2 +short @{KUBE_DNS_CLUSTER_IP} kubernetes.default.svc.cluster.local 2>&1 || true"
     );
-    let answer = node.vm.run(&dig).context("dig to the kube-dns ClusterIP from the VM")?;
+    let answer = node
+        .vm
+        .run(&dig)
+        .context("dig to the kube-dns ClusterIP from the VM")?;
     ensure!(
         answer.trim() == "10.96.0.1",
         "{KUBE_DNS_CLUSTER_IP}:53 over TCP from the VM answered {:?}, not 10.96.0.1; kube-proxy's \

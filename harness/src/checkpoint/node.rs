@@ -286,7 +286,10 @@ pub fn resume(
     step.finish();
     // A restored Kind cluster's CoreDNS pods start again with its kubelet; until they answer
     // behind the Service, the node's queries to it fail (SERVFAIL through LocalDNS).
-    let cluster_dns = lab.cluster().ok_or(NodeCheckpointError::NoControlPlane)?.cluster_dns;
+    let cluster_dns = lab
+        .cluster()
+        .ok_or(NodeCheckpointError::NoControlPlane)?
+        .cluster_dns;
     let step = crate::progress::Step::start(format!(
         "waiting for the cluster DNS {cluster_dns} to answer from the lab namespace and the node"
     ));
@@ -321,17 +324,23 @@ fn close_connections_to_the_saved_api_server(vm: &Vm, lab: &Lab) -> Result<(), N
         .trim_start_matches("https://")
         .trim_end_matches('/')
         .to_string();
-    let (ip, port) = endpoint.rsplit_once(':').ok_or_else(|| NodeCheckpointError::Host {
-        what: "the API server's address".into(),
-        why: format!("{:?} has no port", cluster.api_server),
-    })?;
+    let (ip, port) = endpoint
+        .rsplit_once(':')
+        .ok_or_else(|| NodeCheckpointError::Host {
+            what: "the API server's address".into(),
+            why: format!("{:?} has no port", cluster.api_server),
+        })?;
     vm.run(&format!("ss -K dst {ip} dport = :{port} >/dev/null"))?;
     Ok(())
 }
 
 /// Waits until a DNS query over TCP from the VM's host to the cluster DNS is answered: the path
 /// the node's LocalDNS forwards on (on Kind, through the node's kube-proxy).
-fn wait_node_reaches_cluster_dns(vm: &Vm, cluster_dns: std::net::Ipv4Addr, timeout: Duration) -> Result<(), WaitTimeout> {
+fn wait_node_reaches_cluster_dns(
+    vm: &Vm,
+    cluster_dns: std::net::Ipv4Addr,
+    timeout: Duration,
+) -> Result<(), WaitTimeout> {
     let name = crate::lab::cluster_dns_probe::PROBE_NAME;
     let dig = format!("dig +tcp +time=2 +tries=1 +short @{cluster_dns} {name} 2>&1");
     crate::wait::wait_until(

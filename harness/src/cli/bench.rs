@@ -5,10 +5,10 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use crate::cache::Cache;
 use crate::images::host;
 use crate::vm::{Accel, BootImage, BootMode, Vm, VmSpec};
+use anyhow::Context;
 
 #[derive(clap::Subcommand)]
 pub enum Command {

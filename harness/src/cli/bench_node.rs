@@ -6,11 +6,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use crate::deploy::{join, measure};
 use crate::lab::{Lab, LabSpec};
 use crate::node_config::NodeConfig;
 use crate::vm::BootImage;
+use anyhow::Context;
 
 /// Evidence and lab logs go under `$LAB_ARTIFACTS_DIR/bench-node/`.
 const NAME: &str = "bench-node";

@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
 use crate::lab::{ClusterKind, Lab, LabSpec, netns, owner, signals};
 use crate::vm::{BootImage, RunDir, Vm};
+use anyhow::{Context, bail};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 

@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context;
 use crate::inspect::{LabView, logs, status};
+use anyhow::Context;
 
 /// `--output` of `harness lab status`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

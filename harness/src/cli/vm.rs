@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
 use crate::vm::{Accel, Deadlines, ExitKind, GuestAgent, RunDir};
+use anyhow::{Context, bail};
 
 use super::lab_arg::LabArg;
 

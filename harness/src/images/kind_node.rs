@@ -514,7 +514,11 @@ fn protocol_names(root: &Path) -> Result<Vec<LayerEntry>, ImageError> {
     let mut entries = vec![LayerEntry::dir("etc", 0o755)];
     for name in ["etc/protocols", "etc/services"] {
         let host = root.join(name);
-        entries.push(LayerEntry::file(name, 0o644, fs::read(&host).map_err(io_err("reading", &host))?));
+        entries.push(LayerEntry::file(
+            name,
+            0o644,
+            fs::read(&host).map_err(io_err("reading", &host))?,
+        ));
     }
     Ok(entries)
 }
