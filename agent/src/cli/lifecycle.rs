@@ -12,7 +12,7 @@ use crate::names::Slot;
 #[derive(clap::Args, Debug, Clone)]
 pub struct Common {
     /// Multiplies every wait (machine answering 30 s, LocalDNS ready 60 s, containerd and
-    /// kubelet active 60 s each). Default: 5 when `systemd-detect-virt --vm` says `qemu` (QEMU
+    /// kubelet active 60 s each). Default: 10 when `systemd-detect-virt --vm` says `qemu` (QEMU
     /// without KVM), else 1.
     #[arg(long, env = "UNBOUNDED_AGENT_TIMEOUT_SCALE",
           value_parser = clap::value_parser!(u32).range(1..=20))]

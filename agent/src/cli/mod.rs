@@ -42,7 +42,7 @@ pub enum Command {
     /// Fetch, verify and install the CoreDNS artifact.
     #[command(name = "coredns", subcommand)]
     CoreDns(coredns::Command),
-    /// LocalDNS on this host: the network (link and NOTRACK rules) and the supervisor.
+    /// LocalDNS's host network on this host: `network apply` and `network reset` (link and NOTRACK rules).
     #[command(name = "localdns", subcommand)]
     LocalDns(localdns::Command),
     /// Make this host a node: the nspawn machine with containerd, kubelet and LocalDNS.
