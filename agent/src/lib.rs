@@ -23,6 +23,7 @@ pub mod progress;
 pub mod render;
 pub mod service_account_token;
 pub mod sockets;
+pub mod source_digest;
 pub mod start;
 pub mod supervisor;
 pub mod validate;

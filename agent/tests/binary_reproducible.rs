@@ -1,5 +1,6 @@
 //! The agent binary is the same for every checkout of a commit: it holds no path of the checkout
-//! (joined-node checkpoints are keyed by the binary's SHA-256, docs/lab.md).
+//! (joined-node checkpoints are keyed by the binary's SHA-256, docs/lab.md); and it carries the
+//! digest of the sources it was built from, which the harness checks before deploying it.
 
 use std::path::Path;
 
@@ -21,4 +22,33 @@ fn the_agent_binary_holds_no_path_of_the_checkout() {
             String::from_utf8_lossy(&bytes[at..end])
         );
     }
+}
+
+/// The binary embeds the digest of the sources it was built from (`agent::source_digest`, by
+/// `build.rs`), the digest of this workspace, and `--version` prints it: what the harness checks
+/// before it deploys the binary.
+#[test]
+fn the_agent_binary_carries_the_digest_of_the_workspaces_agent_sources() {
+    let binary = Path::new(env!("CARGO_BIN_EXE_unbounded-agent"));
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("agent/ has a parent: the workspace");
+    let want = agent::source_digest::compute(workspace).expect("the workspace's agent sources");
+    let bytes = std::fs::read(binary).unwrap_or_else(|e| panic!("reading {}: {e}", binary.display()));
+    assert_eq!(
+        agent::source_digest::find_embedded(&bytes).as_deref(),
+        Some(want.as_str()),
+        "{} does not embed the digest of {}'s agent sources",
+        binary.display(),
+        workspace.display()
+    );
+    let out = std::process::Command::new(binary)
+        .arg("--version")
+        .output()
+        .expect("running unbounded-agent --version");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains(&format!("{}{want}", agent::source_digest::MARKER)),
+        "--version printed {text:?}"
+    );
 }

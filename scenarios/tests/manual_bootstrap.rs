@@ -113,10 +113,9 @@ fn run(lab: &ClusterLab) -> anyhow::Result<()> {
         cluster.api_server
     );
 
-    lab.vm.copy_in(
-        harness::deploy::plan::host_agent_binary(&harness::deploy::plan::target_dir()),
-        "/usr/local/bin/unbounded-agent",
-    )?;
+    let agent = harness::deploy::plan::host_agent_binary(&harness::deploy::plan::target_dir());
+    harness::deploy::agent_binary::ensure_fresh(&agent, &harness::repo::root())?;
+    lab.vm.copy_in(agent, "/usr/local/bin/unbounded-agent")?;
     lab.vm.write_file(SCRIPT, script.as_bytes(), 0o700)?;
     let started = Instant::now();
     let run = lab

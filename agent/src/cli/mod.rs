@@ -18,10 +18,19 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// `--version`: the crate's version and the digest of the sources this binary was built from
+/// (`crate::source_digest`, embedded by `build.rs`).
+pub const LONG_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    "\nunbounded-agent sources sha256:",
+    env!("AGENT_SOURCES_SHA256")
+);
+
 #[derive(Parser)]
 #[command(
     name = "unbounded-agent",
     version,
+    long_version = LONG_VERSION,
     about = "Runs a Kubernetes node in a systemd-nspawn machine, with LocalDNS"
 )]
 pub struct Cli {

@@ -148,6 +148,13 @@ pub fn inputs(
         .key()
         .hex();
     let agent = crate::deploy::plan::host_agent_binary(&crate::deploy::plan::target_dir());
+    // A checkpoint is keyed by the agent binary: a stale one must not pick (or make) one.
+    crate::deploy::agent_binary::ensure_fresh(&agent, &crate::repo::root()).map_err(|e| {
+        NodeCheckpointError::Host {
+            what: "the agent binary".into(),
+            why: e.to_string(),
+        }
+    })?;
     Ok(CheckpointInputs::new(&NodeInputs {
         vm_state_key: &vm_state_key,
         agent_binary: &agent,
@@ -214,7 +221,8 @@ pub struct ResumedNode {
 /// offline bundle for an offline node, which is cut off from the artifact server again and
 /// probed), its connections to the saved cluster's API server closed, then waits until the
 /// kubelet renewed its Lease in this cluster and the Node is Ready, and the cluster DNS answers
-/// from the lab namespace ([`crate::lab::cluster_dns_probe`]) and from the node. [`NodeCheckpointError::NotLoaded`] when QEMU cannot load the checkpoint.
+/// from the lab namespace ([`crate::lab::cluster_dns_probe`]) and from the node.
+/// [`NodeCheckpointError::NotLoaded`] when QEMU cannot load the checkpoint.
 pub fn resume(
     lab_spec: LabSpec,
     node: &NodeConfig,

@@ -1,31 +1,44 @@
 //! The agent binary a deployment copies into the VM: cargo's build of this checkout, refused when
-//! it is missing or older than the agent's sources, so a scenario never runs yesterday's agent.
+//! it is missing or was built from other sources than the checkout's (the digest `agent/build.rs`
+//! embeds, `agent::source_digest`), so a scenario never runs yesterday's agent. Content decides,
+//! not file times: a fresh checkout beside an archived build (PR CI's test jobs) has every source
+//! newer than the binary, and the binary is still right.
 
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
+use agent::source_digest;
+
 use super::error::DeployError;
 
-/// The files of the repository that make the agent binary (besides the registry's crates).
-const AGENT_SOURCES: &[&str] = &["agent/src", "agent/Cargo.toml", "Cargo.lock"];
-
-/// Fails unless `binary` exists and is at least as new as every file of the agent's sources
-/// under `repo`. A checkout without those sources (a harness run elsewhere) checks existence only.
+/// Fails unless `binary` exists and embeds the digest of the agent's sources under `repo`. A
+/// checkout without those sources (a harness run elsewhere) checks existence only.
 pub fn ensure_fresh(binary: &Path, repo: &Path) -> Result<(), DeployError> {
-    let built = std::fs::metadata(binary)
-        .and_then(|m| m.modified())
-        .map_err(|_| DeployError::MissingAgentBinary {
-            path: binary.to_path_buf(),
-            fix: build_command(binary, repo),
-        })?;
-    match newest_source(repo) {
-        Some((newer, changed)) if changed > built => Err(DeployError::StaleAgentBinary {
-            path: binary.to_path_buf(),
-            newer,
-            fix: build_command(binary, repo),
-        }),
-        _ => Ok(()),
+    let missing = || DeployError::MissingAgentBinary {
+        path: binary.to_path_buf(),
+        fix: build_command(binary, repo),
+    };
+    let bytes = std::fs::read(binary).map_err(|_| missing())?;
+    if !repo.join("agent/src").is_dir() {
+        return Ok(());
     }
+    let checkout = source_digest::compute(repo).map_err(|e| DeployError::AgentSources {
+        repo: repo.to_path_buf(),
+        why: e.to_string(),
+    })?;
+    let built = source_digest::find_embedded(&bytes);
+    if built.as_deref() == Some(checkout.as_str()) {
+        return Ok(());
+    }
+    Err(DeployError::StaleAgentBinary {
+        path: binary.to_path_buf(),
+        built: built.unwrap_or_else(|| "none (no digest in it)".into()),
+        checkout,
+        newest: newest_source(repo)
+            .map(|(path, _)| path)
+            .unwrap_or_else(|| repo.join("agent/src")),
+        fix: build_command(binary, repo),
+    })
 }
 
 /// The command that (re)builds `binary` the way the project's scripts do (the whole workspace,
@@ -44,25 +57,17 @@ pub fn build_command(binary: &Path, repo: &Path) -> String {
 /// `build_workspace` of `scripts/env.sh`.
 const BUILD: &str = "cargo build --workspace --all-targets --locked";
 
-/// The most recently modified file of the agent's sources under `repo`, with its time.
+/// The most recently modified file of the agent's sources under `repo`, with its time: a hint
+/// at what changed since the build, for the error.
 pub fn newest_source(repo: &Path) -> Option<(PathBuf, SystemTime)> {
-    let mut newest: Option<(PathBuf, SystemTime)> = None;
-    let mut pending: Vec<PathBuf> = AGENT_SOURCES.iter().map(|p| repo.join(p)).collect();
-    while let Some(path) = pending.pop() {
-        let Ok(meta) = std::fs::metadata(&path) else {
-            continue;
-        };
-        if meta.is_dir() {
-            if let Ok(entries) = std::fs::read_dir(&path) {
-                pending.extend(entries.filter_map(|e| e.ok().map(|e| e.path())));
-            }
-        } else if let Ok(modified) = meta.modified()
-            && newest.as_ref().is_none_or(|(_, t)| modified > *t)
-        {
-            newest = Some((path, modified));
-        }
-    }
-    newest
+    source_digest::files(repo)
+        .ok()?
+        .into_iter()
+        .filter_map(|(_, path)| {
+            let modified = std::fs::metadata(&path).and_then(|m| m.modified()).ok()?;
+            Some((path, modified))
+        })
+        .max_by_key(|(_, modified)| *modified)
 }
 
 #[cfg(test)]
@@ -81,44 +86,50 @@ mod tests {
             .unwrap();
     }
 
-    /// A repository with the agent's sources and a target directory holding a built agent.
+    const SOURCES: [&str; 5] = [
+        "agent/src/lib.rs",
+        "agent/src/cli/start.rs",
+        "agent/Cargo.toml",
+        "Cargo.toml",
+        "Cargo.lock",
+    ];
+
+    /// A repository with the agent's sources and a target directory holding an agent built from
+    /// them (a stand-in binary: some bytes, the embedded digest, more bytes).
     fn checkout() -> (tempfile::TempDir, PathBuf, PathBuf) {
         let dir = tempfile::tempdir().unwrap();
         let repo = dir.path().join("repo");
         fs::create_dir_all(repo.join("agent/src/cli")).unwrap();
-        for file in [
-            "agent/src/lib.rs",
-            "agent/src/cli/start.rs",
-            "agent/Cargo.toml",
-            "Cargo.lock",
-        ] {
-            fs::write(repo.join(file), "x").unwrap();
+        for file in SOURCES {
+            fs::write(repo.join(file), format!("// {file}")).unwrap();
         }
         let binary = dir.path().join("cache/target/debug/unbounded-agent");
         fs::create_dir_all(binary.parent().unwrap()).unwrap();
-        fs::write(&binary, "elf").unwrap();
-        let old = SystemTime::now() - Duration::from_secs(3600);
-        for file in [
-            "agent/src/lib.rs",
-            "agent/src/cli/start.rs",
-            "agent/Cargo.toml",
-            "Cargo.lock",
-        ] {
-            set_mtime(&repo.join(file), old);
-        }
+        let digest = source_digest::compute(&repo).unwrap();
+        fs::write(
+            &binary,
+            format!("\x7fELF...{}{digest}\n...", source_digest::MARKER),
+        )
+        .unwrap();
         (dir, repo, binary)
     }
 
     #[test]
-    fn a_binary_newer_than_every_source_is_deployed() {
+    fn a_binary_built_from_the_checkouts_sources_is_deployed_even_when_every_source_is_newer() {
         let (_dir, repo, binary) = checkout();
+        // A fresh checkout beside an archived build: every file newer than the binary.
+        for file in SOURCES {
+            set_mtime(&repo.join(file), SystemTime::now() + Duration::from_secs(3600));
+        }
         ensure_fresh(&binary, &repo).unwrap();
     }
 
     #[test]
-    fn a_source_changed_after_the_build_refuses_naming_it_and_the_build_command() {
+    fn a_source_changed_after_the_build_refuses_naming_it_and_the_build_command_whatever_its_time() {
         let (_dir, repo, binary) = checkout();
         let changed = repo.join("agent/src/cli/start.rs");
+        fs::write(&changed, "// changed").unwrap();
+        // Its time does not hide the change (an editor or a checkout may set an old one).
         set_mtime(&changed, SystemTime::now() + Duration::from_secs(60));
         let err = ensure_fresh(&binary, &repo).unwrap_err();
         assert!(matches!(err, DeployError::StaleAgentBinary { .. }), "{err:?}");
@@ -127,6 +138,7 @@ mod tests {
         for want in [
             binary.display().to_string(),
             changed.display().to_string(),
+            source_digest::compute(&repo).unwrap(),
             format!(
                 "`CARGO_TARGET_DIR={} cargo build --workspace --all-targets --locked`",
                 target.display()
@@ -135,17 +147,32 @@ mod tests {
         ] {
             assert!(text.contains(&want), "{want:?} not in {text}");
         }
+        set_mtime(&changed, SystemTime::now() - Duration::from_secs(86_400));
+        assert!(
+            ensure_fresh(&binary, &repo).is_err(),
+            "an old time must not pass it"
+        );
     }
 
     #[test]
-    fn a_newer_lock_file_counts_too() {
+    fn the_lock_file_and_the_workspace_manifest_count_too() {
+        for file in ["Cargo.lock", "Cargo.toml"] {
+            let (_dir, repo, binary) = checkout();
+            fs::write(repo.join(file), "# changed").unwrap();
+            let err = ensure_fresh(&binary, &repo).unwrap_err();
+            assert!(
+                matches!(err, DeployError::StaleAgentBinary { .. }),
+                "{file}: {err:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_binary_without_a_digest_is_refused() {
         let (_dir, repo, binary) = checkout();
-        set_mtime(
-            &repo.join("Cargo.lock"),
-            SystemTime::now() + Duration::from_secs(60),
-        );
-        let err = ensure_fresh(&binary, &repo).unwrap_err();
-        assert!(err.to_string().contains("Cargo.lock"), "{err}");
+        fs::write(&binary, "\x7fELF an agent from before digests").unwrap();
+        let text = ensure_fresh(&binary, &repo).unwrap_err().to_string();
+        assert!(text.contains("none (no digest in it)"), "{text}");
     }
 
     #[test]

@@ -14,14 +14,19 @@ pub enum DeployError {
     )]
     MissingAgentBinary { path: PathBuf, fix: String },
     #[error(
-        "the agent binary {path} is older than {newer}: rebuild it with `{fix}` \
-         (scripts/scenario.sh builds it before running scenarios)"
+        "the agent binary {path} was built from other sources than this checkout's (its sources' \
+         sha256: {built}; the checkout's: {checkout}; the most recently changed source: {newest}): \
+         rebuild it with `{fix}` (scripts/scenario.sh builds it before running scenarios)"
     )]
     StaleAgentBinary {
         path: PathBuf,
-        newer: PathBuf,
+        built: String,
+        checkout: String,
+        newest: PathBuf,
         fix: String,
     },
+    #[error("reading the agent's sources under {repo}: {why}")]
+    AgentSources { repo: PathBuf, why: String },
     #[error("lab {lab} has no control plane: start it with `LabSpec {{ control_plane: true, .. }}`")]
     NoControlPlane { lab: String },
     #[error("lab {lab} has no VM on tap {tap} (VM {vm})")]
