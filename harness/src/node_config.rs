@@ -5,22 +5,24 @@
 //! file stem), `localDNS`, `nodeLabels`, `registerWithTaints`,
 //! `kubeletConfiguration`, `offline`, and `agentConfig`, a JSON merge patch
 //! applied over the generated agent config (objects merge, `null` removes a
-//! field, anything else replaces).
+//! field, anything else replaces); and the lab's own `daemon` (default `true`): the node runs
+//! the agent daemon for its Machine (`false` leaves the daemon out; the Machine is made either
+//! way, see `deploy::machine`).
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
 use agent::config::{
-    ClusterConfig, ContainerImageConfig, DownloadsConfig, KubeletAuth, KubeletConfig, LocalDnsConfig,
-    MachineImageConfig, OfflineArtifactsConfig, RawConfig,
+    ClusterConfig, ContainerImageConfig, DaemonConfig, DownloadsConfig, KubeletAuth, KubeletConfig,
+    LocalDnsConfig, MachineImageConfig, OfflineArtifactsConfig, RawConfig,
 };
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// One node config file.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct NodeConfig {
     /// The node's name; defaults to the file stem.
@@ -40,6 +42,29 @@ pub struct NodeConfig {
     /// Merged over the generated agent config (JSON merge patch).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_config: Option<Value>,
+    /// The node runs the agent daemon for its Machine (`Daemon.Token` in the agent config).
+    #[serde(default = "runs_the_daemon")]
+    pub daemon: bool,
+}
+
+fn runs_the_daemon() -> bool {
+    true
+}
+
+/// A node config file holding `{}`: what each field's absence means.
+impl Default for NodeConfig {
+    fn default() -> NodeConfig {
+        NodeConfig {
+            name: None,
+            local_dns: false,
+            node_labels: BTreeMap::new(),
+            register_with_taints: Vec::new(),
+            kubelet_configuration: serde_json::Map::new(),
+            offline: false,
+            agent_config: None,
+            daemon: runs_the_daemon(),
+        }
+    }
 }
 
 /// The KubeletConfiguration key that carries the node's pod CIDR to the agent (which writes it
@@ -49,7 +74,7 @@ pub const POD_CIDR_KEY: &str = "podCIDR";
 /// What only exists once a lab runs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LabValues {
-    /// `https://192.168.100.1:6443`.
+    /// `https://192.168.100.3:6443`.
     pub api_server: String,
     /// The cluster CA certificate, PEM.
     pub ca_cert_pem: String,
@@ -68,6 +93,9 @@ pub struct LabValues {
     pub container_images: Vec<ContainerImageConfig>,
     /// The offline bundle's location, used when the node config says `offline`.
     pub offline_source: Option<String>,
+    /// A token of the node's daemon ServiceAccount (`deploy::machine`), made once the node's
+    /// Machine exists; `None`: no daemon.
+    pub daemon_token: Option<String>,
 }
 
 /// A node config that cannot be read or does not give a valid agent config.
@@ -161,8 +189,12 @@ impl NodeConfig {
                 enabled: Some(self.local_dns),
                 ..Default::default()
             }),
-            // The daemon's token is made for a node once its Machine exists (scenarios/tests/daemon.rs).
-            daemon: None,
+            daemon: match (&lab.daemon_token, self.daemon) {
+                (Some(token), true) => Some(DaemonConfig {
+                    token: Some(token.clone()),
+                }),
+                _ => None,
+            },
         };
         let mut value = serde_json::to_value(&generated).expect("a RawConfig always serialises");
         if let Some(patch) = &self.agent_config {
@@ -218,6 +250,7 @@ pub(crate) mod tests {
             machine_image: None,
             container_images: Vec::new(),
             offline_source: None,
+            daemon_token: None,
         }
     }
 
@@ -327,6 +360,40 @@ pub(crate) mod tests {
             raw.offline_artifacts, None,
             "an online node ignores the lab's bundle"
         );
+    }
+
+    #[test]
+    fn the_daemon_token_goes_to_the_agent_config_unless_the_node_config_leaves_the_daemon_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("d.json");
+        std::fs::write(&path, r#"{"localDNS": true}"#).unwrap();
+        let node = NodeConfig::load(&path).unwrap();
+        assert!(node.daemon, "a node config that does not say runs the daemon");
+        // A token as a TokenRequest gives one: three base64url parts, the middle one JSON claims.
+        let part = |json: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json);
+        let token = format!(
+            "{}.{}.{}",
+            part(r#"{"alg":"RS256"}"#),
+            part(
+                r#"{"sub":"system:serviceaccount:unbounded-system:agent-d","iat":1700000000,"exp":4102444800}"#
+            ),
+            part("signature")
+        );
+        let values = LabValues {
+            daemon_token: Some(token.clone()),
+            ..lab()
+        };
+        let raw = node.agent_config(&values).unwrap();
+        assert_eq!(raw.daemon.and_then(|d| d.token), Some(token));
+        assert_eq!(
+            node.agent_config(&lab()).unwrap().daemon,
+            None,
+            "no token, no daemon"
+        );
+        std::fs::write(&path, r#"{"localDNS": true, "daemon": false}"#).unwrap();
+        let without = NodeConfig::load(&path).unwrap();
+        assert!(!without.daemon);
+        assert_eq!(without.agent_config(&values).unwrap().daemon, None);
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! `unbounded-agent daemon` against the lab's real control plane, on this host with an empty
+//! `unbounded-agent daemon` against the lab's real cluster (its Kind cluster), on this host with an empty
 //! root (no node installed): it runs the `MachineOperation`s that target its Machine — by
 //! `machineRef` or `machineSelector` — oldest first, one at a time, through the real lifecycle
 //! core, and writes their status (`InProgress` then `Complete`/`Failed`, reason, message,

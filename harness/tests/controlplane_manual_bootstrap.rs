@@ -1,9 +1,8 @@
-//! `kubectl-unbounded machine manual-bootstrap` against the lab's real control plane: the printed
+//! `kubectl-unbounded machine manual-bootstrap` against the lab's real cluster (Kind): the printed
 //! script's config validates and names the cluster's API server, CA, cluster DNS, the Machine's
 //! and the flags' labels and taints, and a bootstrap token the API server accepts; a second run
 //! reuses that token; a missing Machine, a bad flag and an unreachable API server are one line
-//! each and exit 1. Needs root and the cached Kubernetes and CoreDNS images
-//! (`harness images build`).
+//! each and exit 1. Needs root, Podman or Docker, and the cached images (`harness images build`).
 
 mod controlplane_support;
 
@@ -21,8 +20,8 @@ use base64::Engine as _;
 use harness::controlplane::ClusterAccess;
 use harness::lab::{Lab, LabSpec};
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
-use k8s_openapi::api::core::v1::{Secret, Service, ServicePort, ServiceSpec};
-use kube::api::{Api, ObjectMeta, PostParams};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, PostParams};
 
 /// `kubectl-unbounded`, built beside this test binary (`<target>/debug/deps/..`): a workspace
 /// build (`cargo nextest run --workspace`, `cargo build --workspace`) makes it.
@@ -76,31 +75,6 @@ fn ders(pem: &str) -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// The `kube-dns` Service at the cluster DNS address (the lab's cluster DNS makes one).
-async fn ensure_kube_dns(admin: &kube::Client, cluster: &ClusterAccess) {
-    let services: Api<Service> = Api::namespaced(admin.clone(), "kube-system");
-    if services.get_opt("kube-dns").await.unwrap().is_none() {
-        let service = Service {
-            metadata: ObjectMeta {
-                name: Some("kube-dns".into()),
-                ..Default::default()
-            },
-            spec: Some(ServiceSpec {
-                cluster_ip: Some(cluster.cluster_dns.to_string()),
-                ports: Some(vec![ServicePort {
-                    name: Some("dns".into()),
-                    port: 53,
-                    protocol: Some("UDP".into()),
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            }),
-            status: None,
-        };
-        services.create(&PostParams::default(), &service).await.unwrap();
-    }
-}
-
 /// Who the API server says holds `token` (a SelfSubjectReview made with it alone).
 async fn user_of(cluster: &ClusterAccess, token: &str) -> String {
     let mut config = kube::Config::new(cluster.host_api_server.parse().unwrap());
@@ -133,7 +107,6 @@ async fn manual_bootstrap_prints_a_valid_config_for_a_real_cluster_reuses_its_to
     let cluster = lab.cluster().expect("a control plane").clone();
     let admin = cluster.client().await.unwrap_or_else(|e| panic!("{e}"));
     controlplane_support::ensure_crds(&admin).await;
-    ensure_kube_dns(&admin, &cluster).await;
     let home = tempfile::tempdir().unwrap();
     let kubeconfig = cluster.admin_kubeconfig.clone();
 

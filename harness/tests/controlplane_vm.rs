@@ -1,7 +1,7 @@
-//! A lab VM reaches the lab's control plane the way a node will: the API server at the bridge
-//! address (its certificate names it) and the cluster DNS at 10.96.0.10 through its default
-//! gateway, the bridge. Needs root, the host image and the Kubernetes and CoreDNS images
-//! (`harness images build`).
+//! A lab VM, before any agent runs on it, reaches the lab's Kind cluster the way a node will: the
+//! API server at the Kind node's bridge address (its certificate names it) and the cluster DNS,
+//! the `kube-dns` ClusterIP 10.96.0.10, through its default gateway, the bridge. Needs root,
+//! Podman or Docker, and the cached images (`harness images build`).
 
 use std::time::Instant;
 
@@ -24,7 +24,7 @@ fn lab_vm_reaches_the_api_server_and_the_cluster_dns_through_the_bridge() {
         control_plane: true,
         ..LabSpec::for_test(test)
     })
-    .unwrap_or_else(|e| panic!("starting a lab with a control plane: {e}"));
+    .unwrap_or_else(|e| panic!("starting a lab with its Kind cluster: {e}"));
     let cluster = lab.cluster().expect("a cluster").clone();
     let started = Instant::now();
     let vm = lab
@@ -54,12 +54,6 @@ fn lab_vm_reaches_the_api_server_and_the_cluster_dns_through_the_bridge() {
     };
     assert_eq!(dig("kubernetes.default.svc.cluster.local"), "10.96.0.1");
     assert_eq!(dig("kube-dns.kube-system.svc.cluster.local"), "10.96.0.10");
-    let coredns_log = std::fs::read_to_string(cluster.log_dir.join("coredns.log")).unwrap();
-    let vm_ip = lab.nics()[0].ip.to_string();
-    assert!(
-        coredns_log.contains(&format!("{vm_ip}:")),
-        "the cluster DNS did not log a query from the VM ({vm_ip}):\n{coredns_log}"
-    );
     vm.shutdown().unwrap_or_else(|e| panic!("{e}"));
     lab.shutdown().unwrap_or_else(|e| panic!("{e}"));
 }

@@ -20,6 +20,7 @@ pub mod host_state;
 pub mod kube_proxy;
 pub mod lifecycle;
 pub mod listener_probe;
+pub mod machine;
 pub mod metrics;
 pub mod node;
 pub mod pod_dns;
@@ -63,12 +64,6 @@ pub fn node_config_paths() -> anyhow::Result<Vec<PathBuf>> {
         .collect();
     paths.sort();
     Ok(paths)
-}
-
-/// Whether this run's labs have a Kind cluster: `LAB_CLUSTER` unset or `kind` (the default), not
-/// `processes` ([`harness::lab::ClusterKind`]); another value is an error naming both.
-pub fn lab_cluster_is_kind() -> anyhow::Result<bool> {
-    Ok(harness::lab::ClusterKind::from_env()?.is_kind())
 }
 
 /// The running test's name, for its evidence directory.

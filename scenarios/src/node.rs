@@ -60,22 +60,12 @@ pub struct ClusterLab {
 impl ClusterLab {
     /// Lab with control plane → artifacts published → VM named after the node booted.
     pub fn boot(node: NodeConfig) -> anyhow::Result<ClusterLab> {
-        ClusterLab::boot_on(node, crate::lab_cluster_is_kind()?)
-    }
-
-    /// [`ClusterLab::boot`] with the lab's cluster a Kind cluster when `kind` is set.
-    pub fn boot_on(node: NodeConfig, kind: bool) -> anyhow::Result<ClusterLab> {
         let test = crate::test_name();
         let cache = harness::cache::Cache::open()?;
         let image = harness::images::host::require(&cache)?;
-        let what = match kind {
-            true => "starting the lab with its Kind cluster",
-            false => "starting the lab with its control plane",
-        };
-        let lab = step(what, || {
+        let lab = step("starting the lab with its Kind cluster", || {
             Ok(Lab::start(LabSpec {
                 control_plane: true,
-                kind_cluster: kind,
                 ..LabSpec::for_test(&test)
             })?)
         })?;
@@ -128,17 +118,8 @@ impl JoinedNode {
         node_config: &Path,
         before_deploy: impl FnOnce(&ClusterLab) -> anyhow::Result<()>,
     ) -> anyhow::Result<JoinedNode> {
-        JoinedNode::join_on(node_config, crate::lab_cluster_is_kind()?, before_deploy)
-    }
-
-    /// [`JoinedNode::join_with`] into a Kind cluster when `kind` is set.
-    pub fn join_on(
-        node_config: &Path,
-        kind: bool,
-        before_deploy: impl FnOnce(&ClusterLab) -> anyhow::Result<()>,
-    ) -> anyhow::Result<JoinedNode> {
         let node = NodeConfig::load(node_config)?;
-        let booted = ClusterLab::boot_on(node, kind)?;
+        let booted = ClusterLab::boot(node)?;
         step("preparing the VM before deploying", || before_deploy(&booted))?;
         let ClusterLab {
             vm,

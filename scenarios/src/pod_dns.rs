@@ -24,11 +24,9 @@ pub fn a_cluster_first_pod_resolves_the_kubernetes_service_through(
 ) -> anyhow::Result<()> {
     let name = &node.deployed.name;
     let kubernetes = "kubernetes.default.svc.cluster.local.";
-    if node.lab.cluster_is_kind() {
-        // The cluster DNS is the `kube-dns` ClusterIP behind the node's own kube-proxy, which a
-        // repave's new machine or a recreated pod starts again: it must have synced first.
-        harness::kind::node_proxy::wait_kube_proxy_synced(&node.vm, node.deadline(3))?;
-    }
+    // The cluster DNS is the `kube-dns` ClusterIP behind the node's own kube-proxy, which a
+    // repave's new machine or a recreated pod starts again: it must have synced first.
+    harness::kind::node_proxy::wait_kube_proxy_synced(&node.vm, node.deadline(3))?;
     let service = node
         .block_on(Api::<Service>::namespaced(node.client.clone(), "default").get("kubernetes"))
         .context("reading Service default/kubernetes")?;

@@ -39,23 +39,13 @@ impl JoinedNode {
         node_config: &Path,
         before_deploy: impl FnOnce(&ClusterLab) -> anyhow::Result<()>,
     ) -> anyhow::Result<JoinedNode> {
-        JoinedNode::resume_or_join_on(node_config, crate::lab_cluster_is_kind()?, before_deploy)
-    }
-
-    /// [`JoinedNode::resume_or_join_with`] in a lab whose cluster is a Kind cluster when `kind`
-    /// is set (its checkpoint holds the Kind node), else the processes control plane.
-    pub fn resume_or_join_on(
-        node_config: &Path,
-        kind: bool,
-        before_deploy: impl FnOnce(&ClusterLab) -> anyhow::Result<()>,
-    ) -> anyhow::Result<JoinedNode> {
         if !checkpoint::enabled() {
             eprintln!("==> {}=1: joining for real", checkpoint::NO_CHECKPOINT_ENV);
-            return JoinedNode::join_on(node_config, kind, before_deploy);
+            return JoinedNode::join_with(node_config, before_deploy);
         }
         let cache = Cache::open()?;
-        let saved = ensure_checkpoint_on(&cache, node_config, kind)?;
-        JoinedNode::resume_from(&cache, node_config, kind, saved, before_deploy)
+        let saved = ensure_checkpoint(&cache, node_config)?;
+        JoinedNode::resume_from(&cache, node_config, saved, before_deploy)
     }
 
     /// The `bootstrap` scenario's node, always a real join (after [`prepare_host`]). When its
@@ -65,24 +55,23 @@ impl JoinedNode {
     /// joins for real beside it. Should another test build the checkpoint first (this one waited
     /// for it), it joins for real all the same.
     pub fn join_for_real(node_config: &Path) -> anyhow::Result<JoinedNode> {
-        let kind = crate::lab_cluster_is_kind()?;
         if !checkpoint::enabled() {
-            return JoinedNode::join_on(node_config, kind, prepare_host);
+            return JoinedNode::join_with(node_config, prepare_host);
         }
         let node = NodeConfig::load(node_config)?;
         let cache = Cache::open()?;
-        let inputs = saved_node::inputs(&cache, &node, node_config, kind)?;
+        let inputs = saved_node::inputs(&cache, &node, node_config)?;
         // Only the configs other scenarios resume (those with LocalDNS: dns_wiring, metrics,
         // notrack, the lifecycle cases); another's checkpoint would be saved for nobody.
         if node.local_dns && checkpoint::find(&cache, &inputs).is_none() {
             let built = Cell::new(false);
-            let saved = build_checkpoint(&cache, node_config, kind, &inputs, || built.set(true))?;
+            let saved = build_checkpoint(&cache, node_config, &inputs, || built.set(true))?;
             if built.get() {
                 eprintln!("==> this test's real join built the checkpoint; resuming the node from it");
-                return JoinedNode::resume_from(&cache, node_config, kind, saved, prepare_host);
+                return JoinedNode::resume_from(&cache, node_config, saved, prepare_host);
             }
         }
-        JoinedNode::join_on(node_config, kind, prepare_host)
+        JoinedNode::join_with(node_config, prepare_host)
     }
 
     /// The node resumed from `saved` into a lab of this test's own, or joined for real (after
@@ -90,7 +79,6 @@ impl JoinedNode {
     fn resume_from(
         cache: &Cache,
         node_config: &Path,
-        kind: bool,
         saved: Checkpoint,
         before_deploy: impl FnOnce(&ClusterLab) -> anyhow::Result<()>,
     ) -> anyhow::Result<JoinedNode> {
@@ -100,10 +88,7 @@ impl JoinedNode {
             &format!("resuming node {} from its checkpoint", node.name()),
             || {
                 Ok(saved_node::resume(
-                    LabSpec {
-                        kind_cluster: kind,
-                        ..LabSpec::for_test(&test)
-                    },
+                    LabSpec::for_test(&test),
                     &node,
                     cache,
                     &saved,
@@ -121,25 +106,19 @@ impl JoinedNode {
             {
                 eprintln!("==> warning: {err:#}; removing the checkpoint and joining for real");
                 saved.invalidate(cache)?;
-                JoinedNode::join_on(node_config, kind, before_deploy)
+                JoinedNode::join_with(node_config, before_deploy)
             }
             Err(err) => Err(err),
         }
     }
 }
 
-/// The checkpoint of the node of `node_config` as things are now, on the lab's cluster of this
-/// run ([`crate::lab_cluster_is_kind`]): found, or built by joining the node for real (other
-/// processes wanting it wait for that build).
+/// The checkpoint of the node of `node_config` as things are now: found, or built by joining the
+/// node for real (other processes wanting it wait for that build).
 pub fn ensure_checkpoint(cache: &Cache, node_config: &Path) -> anyhow::Result<Checkpoint> {
-    ensure_checkpoint_on(cache, node_config, crate::lab_cluster_is_kind()?)
-}
-
-/// [`ensure_checkpoint`] on a Kind cluster when `kind` is set.
-pub fn ensure_checkpoint_on(cache: &Cache, node_config: &Path, kind: bool) -> anyhow::Result<Checkpoint> {
     let node = NodeConfig::load(node_config)?;
-    let inputs = saved_node::inputs(cache, &node, node_config, kind)?;
-    build_checkpoint(cache, node_config, kind, &inputs, || ())
+    let inputs = saved_node::inputs(cache, &node, node_config)?;
+    build_checkpoint(cache, node_config, &inputs, || ())
 }
 
 /// [`checkpoint::ensure`] for `inputs`, building by [`save_joined`]; `on_build` is called when
@@ -147,7 +126,6 @@ pub fn ensure_checkpoint_on(cache: &Cache, node_config: &Path, kind: bool) -> an
 fn build_checkpoint(
     cache: &Cache,
     node_config: &Path,
-    kind: bool,
     inputs: &checkpoint::CheckpointInputs,
     on_build: impl Fn(),
 ) -> anyhow::Result<Checkpoint> {
@@ -155,7 +133,7 @@ fn build_checkpoint(
     let saved = step(&format!("getting the checkpoint of node {}", node.name()), || {
         Ok(checkpoint::ensure(cache, inputs, |out| {
             on_build();
-            save_joined(node_config, kind, out).map_err(Into::into)
+            save_joined(node_config, out).map_err(Into::into)
         })?)
     })?;
     eprintln!(
@@ -170,9 +148,9 @@ fn build_checkpoint(
 /// Builds a checkpoint into `out`: joins the node for real (after [`prepare_host`], then the
 /// host's listing into [`HOST_LISTING`]), waits for Node Ready, and saves it
 /// ([`saved_node::save`]).
-fn save_joined(node_config: &Path, kind: bool, out: &Path) -> anyhow::Result<Saved> {
+fn save_joined(node_config: &Path, out: &Path) -> anyhow::Result<Saved> {
     let started = Instant::now();
-    let joined = JoinedNode::join_on(node_config, kind, |lab| {
+    let joined = JoinedNode::join_with(node_config, |lab| {
         prepare_host(lab)?;
         HostListing::take(&lab.vm)?.save(&out.join(HOST_LISTING))
     })?;

@@ -1,6 +1,8 @@
 //! The agent daemon on a joined LocalDNS node, driven through the Machina API (docs/operations.md):
-//! the node's Machine and the daemon's own access are created in the lab's cluster, `apply` with
-//! a `Daemon` token installs `unbounded-agent-daemon.service` on the host, a `NodeReboot`
+//! the lab gave the node its Machine and the daemon's own access, and `start` installed
+//! `unbounded-agent-daemon.service` (docs/lab.md, "Machines and the daemon"); the Machine is made
+//! to follow a MachineConfiguration, an `apply` without the `Daemon` section removes the daemon
+//! and one with it installs it again, a `NodeReboot`
 //! MachineOperation reboots the node (status `Complete`, the Node's `bootID` changed, Ready, a
 //! pod resolving through the cluster listener), a change of the Machine's `MachineConfiguration`
 //! turning LocalDNS off and then on again reaches the node as drift (applied in place by the
@@ -14,18 +16,14 @@
 
 use std::time::{Duration, Instant};
 
-use agent::machina::daemon_access::{self, NAMESPACE};
 use agent::machina::machine_operation::{
     MachineOperation, MachineOperationSpec, MachineOperationStatus, OperationKind, OperationPhase,
 };
 use agent::machina::{
     AgentSpec, LocalDnsSpec, Machine, MachineConfiguration, MachineConfigurationRef,
-    MachineConfigurationSpec, MachineConfigurationTemplate, MachineSpec,
+    MachineConfigurationSpec, MachineConfigurationTemplate,
 };
 use anyhow::{Context, ensure};
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::ServiceAccount;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use scenarios::cluster::wait_node_ready;
 use scenarios::dns::CLUSTER_LISTENER;
@@ -39,7 +37,7 @@ use scenarios::node::JoinedNode;
 use scenarios::pod_dns::a_cluster_first_pod_resolves_the_kubernetes_service_through;
 
 const CONFIG: &str = harness::deploy::plan::GUEST_CONFIG;
-const CONFIG_WITH_DAEMON: &str = "/etc/unbounded/agent/config-daemon.json";
+const CONFIG_WITHOUT_DAEMON: &str = "/etc/unbounded/agent/config-without-daemon.json";
 const UNIT: &str = agent::paths::DAEMON_UNIT_NAME;
 /// The MachineConfiguration the node's Machine follows.
 const CONFIGURATION: &str = "daemon-lab";
@@ -55,8 +53,8 @@ fn the_daemon_installed_by_apply_reboots_and_resets_its_node_through_machine_ope
         let name = node.deployed.name.clone();
         node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
         let machine = machine_name(node)?;
-        let token = give_the_daemon_its_access(node, &machine)?;
-        install_the_daemon_with_apply(node, &token)?;
+        the_machine_follows_a_configuration(node, &machine)?;
+        apply_removes_and_installs_the_daemon(node)?;
         a_node_reboot_operation_reboots_the_node(node, &machine)?;
         a_configuration_change_turns_localdns_off_and_on_through_the_daemon(node, &machine)?;
         deleting_the_node_repaves_it_to_the_other_slot(node, &machine)?;
@@ -87,13 +85,24 @@ fn localdns(enabled: bool) -> Option<AgentSpec> {
     })
 }
 
-/// Creates the MachineConfiguration (LocalDNS on, as the node runs), the Machine following it and
-/// the daemon's access (what `kubectl unbounded machine daemon-access` prints), and returns a
-/// one-hour token of its ServiceAccount.
-fn give_the_daemon_its_access(node: &JoinedNode, machine: &str) -> anyhow::Result<String> {
+/// The lab gave the node its Machine (empty spec) and its daemon's access before `start`
+/// (`harness::deploy::machine`). Here the daemon's access is widened to a MachineConfiguration
+/// (LocalDNS on, as the node runs), that configuration is created and the Machine made to follow it.
+fn the_machine_follows_a_configuration(node: &JoinedNode, machine: &str) -> anyhow::Result<()> {
     let client = node.client.clone();
     node.block_on(async {
-        let pp = PostParams::default();
+        let machines = Api::<Machine>::all(client.clone());
+        let mut object = machines
+            .get(machine)
+            .await
+            .with_context(|| format!("the lab made no Machine {machine} for its node"))?;
+        let reference = MachineConfigurationRef {
+            name: CONFIGURATION.into(),
+            version: None,
+        };
+        object.spec.configuration_ref = Some(reference.clone());
+        // The access first: the daemon reads the configuration as soon as its Machine names it.
+        harness::deploy::machine::apply_daemon_access(&client, &object).await?;
         let configuration = MachineConfiguration::new(
             CONFIGURATION,
             MachineConfigurationSpec {
@@ -105,84 +114,78 @@ fn give_the_daemon_its_access(node: &JoinedNode, machine: &str) -> anyhow::Resul
             },
         );
         Api::<MachineConfiguration>::all(client.clone())
-            .create(&pp, &configuration)
+            .create(&PostParams::default(), &configuration)
             .await
             .with_context(|| format!("creating MachineConfiguration {CONFIGURATION}"))?;
-        let object = Machine::new(
-            machine,
-            MachineSpec {
-                configuration_ref: Some(MachineConfigurationRef {
-                    name: CONFIGURATION.into(),
-                    version: None,
-                }),
-                ..Default::default()
-            },
-        );
-        Api::<Machine>::all(client.clone())
-            .create(&pp, &object)
+        let patch = serde_json::json!({ "spec": { "configurationRef": reference } });
+        machines
+            .patch(machine, &PatchParams::default(), &Patch::Merge(&patch))
             .await
-            .with_context(|| format!("creating Machine {machine}"))?;
-        let access = daemon_access::for_machine(&object);
-        Api::<ServiceAccount>::namespaced(client.clone(), NAMESPACE)
-            .create(&pp, &access.service_account)
-            .await
-            .context("creating the daemon's ServiceAccount")?;
-        Api::<ClusterRole>::all(client.clone())
-            .create(&pp, &access.role)
-            .await
-            .context("creating the daemon's ClusterRole")?;
-        Api::<ClusterRoleBinding>::all(client.clone())
-            .create(&pp, &access.binding)
-            .await
-            .context("creating the daemon's ClusterRoleBinding")?;
-        Api::<Role>::namespaced(client.clone(), NAMESPACE)
-            .create(&pp, &access.token_role)
-            .await
-            .context("creating the daemon's token Role")?;
-        Api::<RoleBinding>::namespaced(client.clone(), NAMESPACE)
-            .create(&pp, &access.token_binding)
-            .await
-            .context("creating the daemon's token RoleBinding")?;
-        let request = TokenRequest {
-            spec: TokenRequestSpec {
-                expiration_seconds: Some(3600),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        let account = daemon_access::service_account_name(machine);
-        let answer = Api::<ServiceAccount>::namespaced(client, NAMESPACE)
-            .create_token_request(&account, &pp, &request)
-            .await
-            .with_context(|| format!("requesting a token for {NAMESPACE}/{account}"))?;
-        answer
-            .status
-            .map(|s| s.token)
-            .filter(|t| !t.is_empty())
-            .context("the TokenRequest came back without a token")
-    })
+            .with_context(|| format!("making Machine {machine} follow {CONFIGURATION}"))?;
+        anyhow::Ok(())
+    })?;
+    eprintln!("==> Machine {machine} follows MachineConfiguration {CONFIGURATION}");
+    Ok(())
 }
 
-/// The node's config with `Daemon.Token` added, applied in place: the daemon's unit is installed,
-/// enabled and running, its credentials private.
-fn install_the_daemon_with_apply(node: &JoinedNode, token: &str) -> anyhow::Result<()> {
+/// The daemon `start` installed (the lab's config has `Daemon.Token`) runs with private
+/// credentials; an `apply` of the config without the `Daemon` section removes it, and an `apply`
+/// of the config with it installs it again.
+fn apply_removes_and_installs_the_daemon(node: &JoinedNode) -> anyhow::Result<()> {
     let mut config: serde_json::Value = serde_json::from_str(&node.vm.run(&format!("cat {CONFIG}"))?)?;
-    config["Daemon"] = serde_json::json!({ "Token": token });
+    ensure!(
+        config["Daemon"]["Token"].is_string(),
+        "the lab's config for the node has no Daemon.Token"
+    );
+    ensure_daemon_runs(node, "after start")?;
+    config
+        .as_object_mut()
+        .context("the node's config is not an object")?
+        .remove("Daemon");
     node.vm.write_file(
-        CONFIG_WITH_DAEMON,
+        CONFIG_WITHOUT_DAEMON,
         serde_json::to_string_pretty(&config)?.as_bytes(),
         0o600,
     )?;
-    let out = agent(node, &format!("apply --config {CONFIG_WITH_DAEMON}"))?;
+    let out = agent(node, &format!("apply --config {CONFIG_WITHOUT_DAEMON}"))?;
+    ensure!(
+        out.contains(&format!("daemon: {UNIT} stopped and disabled")),
+        "apply without a Daemon section did not remove the daemon:\n{out}"
+    );
+    let state = node
+        .vm
+        .run_unchecked(&format!("systemctl show -p LoadState --value {UNIT}"))?
+        .stdout_text();
+    ensure!(
+        state.trim() == "not-found",
+        "{UNIT} is {state:?} after its removal"
+    );
+    let started = journal_count(node, "daemon started")?;
+    let out = agent(node, &format!("apply --config {CONFIG}"))?;
     ensure!(
         out.contains(&format!("daemon: {UNIT} enabled, restarted")),
         "apply did not install and start the daemon:\n{out}"
     );
+    ensure_daemon_runs(node, "after apply")?;
+    let deadline = Instant::now() + node.deadline(1);
+    while journal_count(node, "daemon started")? <= started {
+        ensure!(
+            Instant::now() < deadline,
+            "the daemon installed again never said \"daemon started\""
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    eprintln!("==> the daemon from start runs; apply removed it and installed it again");
+    Ok(())
+}
+
+/// The unit is active and the daemon's credentials are private.
+fn ensure_daemon_runs(node: &JoinedNode, when: &str) -> anyhow::Result<()> {
     let active = node
         .vm
         .run_unchecked(&format!("systemctl is-active {UNIT}"))?
         .stdout_text();
-    ensure!(active.trim() == "active", "{UNIT} is {active:?} after apply");
+    ensure!(active.trim() == "active", "{UNIT} is {active:?} {when}");
     let modes = node.vm.run(&format!(
         "stat -c '%a %n' {} {}",
         agent::paths::DAEMON_KUBECONFIG,
@@ -190,11 +193,18 @@ fn install_the_daemon_with_apply(node: &JoinedNode, token: &str) -> anyhow::Resu
     ))?;
     ensure!(
         modes.lines().all(|l| l.starts_with("600 ")),
-        "the daemon's credentials are not private:\n{modes}"
+        "the daemon's credentials are not private {when}:\n{modes}"
     );
-    wait_for_journal(node, "daemon started")?;
-    eprintln!("==> daemon installed by apply and running");
-    Ok(())
+    wait_for_journal(node, "daemon started")
+}
+
+/// How many lines of the daemon's journal hold `needle`.
+fn journal_count(node: &JoinedNode, needle: &str) -> anyhow::Result<usize> {
+    let journal = node
+        .vm
+        .run_unchecked(&format!("journalctl -u {UNIT} --no-pager -o cat"))?
+        .stdout_text();
+    Ok(journal.lines().filter(|l| l.contains(needle)).count())
 }
 
 /// Waits until the daemon's journal holds `needle`.
@@ -490,7 +500,7 @@ fn a_second_apply_leaves_the_daemon_and_coredns_alone(node: &JoinedNode) -> anyh
     };
     let before = pid(node)?;
     let binary_before = coredns(node)?;
-    let out = agent(node, &format!("apply --config {CONFIG_WITH_DAEMON}"))?;
+    let out = agent(node, &format!("apply --config {CONFIG}"))?;
     ensure!(
         !out.contains("daemon: "),
         "an apply with the same config touched the daemon:\n{out}"
@@ -553,7 +563,7 @@ fn an_agent_reset_operation_removes_the_agent(
     );
     let machines = node.vm.run("machinectl list --no-legend")?;
     ensure!(machines.trim().is_empty(), "machines still run: {machines}");
-    node.vm.run(&format!("rm {CONFIG_WITH_DAEMON}"))?;
+    node.vm.run(&format!("rm {CONFIG_WITHOUT_DAEMON}"))?;
     HostListing::take(&node.vm)?
         .without_the_deployed_config()
         .ensure_same_as(before, "after the AgentReset")?;

@@ -12,7 +12,8 @@
 //! the CoreDNS pods, whose query log shows the VM's own address as the client (kube-proxy in the
 //! Kind node would show the node's). The lab's upstream names resolve the same way (the
 //! cluster's CoreDNS forwards them to the lab's DNS). After the lab is down, `kind get clusters`
-//! no longer lists it.
+//! no longer lists it. Like every lab node, the node has its Machine and runs the agent daemon,
+//! which marks the Machine `Ready` and in sync.
 //!
 //! The node of `node-configs/localdns.json` resumed from its checkpoint on Kind (the Kind node
 //! restored beside the VM, `harness::kind::saved`); the first run joins it for real and saves it.
@@ -28,6 +29,7 @@ use scenarios::kube_proxy::{
     coredns_queries_from, kube_proxys_table_sits_beside_localdns, restart_kube_proxy,
     the_host_reaches_the_api_server_through_its_clusterip, wait_kube_proxy_running,
 };
+use scenarios::machine::the_nodes_daemon_keeps_its_machine_in_sync;
 use scenarios::node::JoinedNode;
 use scenarios::pod_dns::{a_cluster_first_pod_resolves_the_kubernetes_service_through, run_lookup_pod};
 
@@ -37,9 +39,8 @@ const UPSTREAM_NAME: &str = "kind-upstream.lab.test";
 #[test]
 fn a_vm_joins_the_kind_cluster_and_its_cluster_first_pods_resolve_through_the_kube_dns_clusterip()
 -> anyhow::Result<()> {
-    let node = JoinedNode::resume_or_join_on(
+    let node = JoinedNode::resume_or_join_with(
         &scenarios::node_config("localdns.json"),
-        true,
         scenarios::resume::prepare_host,
     )?;
     let lab_name = node.lab.name();
@@ -49,6 +50,7 @@ fn a_vm_joins_the_kind_cluster_and_its_cluster_first_pods_resolve_through_the_ku
     node.run(|node| {
         let listed = cluster::list(&engine, &tool)?;
         ensure!(listed.contains(&lab_name), "kind get clusters: {listed:?}");
+        the_nodes_daemon_keeps_its_machine_in_sync(node, node.deadline(2))?;
         let kube_proxy = wait_kube_proxy_running(node, node.deadline(3))?;
         eprintln!(
             "==> kube-proxy pod {} runs on the node",

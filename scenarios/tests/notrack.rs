@@ -70,11 +70,9 @@ fn notrack(node: &mut JoinedNode) -> anyhow::Result<()> {
     link_is_exactly_the_designed_one(node)?;
     table_is_exactly_the_designed_one(node)?;
     network_unit_sits_between_nftables_and_the_machine(node, &machine)?;
-    if scenarios::lab_cluster_is_kind()? {
-        // The burst runs with the Kind cluster's kube-proxy rules loaded on the host.
-        wait_kube_proxy_running(node, node.deadline(3))?;
-        kube_proxys_table_sits_beside_localdns(node, node.deadline(2))?;
-    }
+    // The burst runs with the Kind cluster's kube-proxy rules loaded on the host.
+    wait_kube_proxy_running(node, node.deadline(3))?;
+    kube_proxys_table_sits_beside_localdns(node, node.deadline(2))?;
     listener_queries_leave_no_conntrack_entries(node)
 }
 

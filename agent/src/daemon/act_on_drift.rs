@@ -126,12 +126,12 @@ impl Daemon {
         let (op, fields, verb) = match &change {
             Change::Same => {
                 memory.reported = None;
-                // A problem reported earlier is over: say so once.
+                // The first pass, or a problem reported earlier that is over: say so once.
                 let stale = machine
                     .status
                     .as_ref()
                     .and_then(|s| s.conditions.iter().find(|c| c.type_ == CONDITION))
-                    .is_some_and(|c| c.status != "True");
+                    .is_none_or(|c| c.status != "True");
                 if stale {
                     let message = "the node runs the config its Machine asks for";
                     tracing::info!("{message}");

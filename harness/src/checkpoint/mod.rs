@@ -8,7 +8,8 @@
 //!                 saved VM state disk (crate::vm::state) — the middle layer of every VM resumed
 //! state.zst       the joined VM's RAM and device state, paused right after the join
 //! console.log     its console up to the save
-//! control-plane/  the lab control plane's state at the save: PKI, etcd data, kubeconfigs
+//! control-plane/  the lab's Kind node at the save (crate::kind::saved): its /var, /etc/kubernetes,
+//!                 Kind's files
 //! checkpoint.json what the key was computed from ([`CheckpointInputs`]), the deployed node,
 //!                 times
 //! ```
@@ -40,7 +41,7 @@ use crate::vm::state::{self, SavedState, StateInfo, StateInputs};
 /// The cache kind of checkpoints.
 pub const KIND: &str = "node-checkpoint";
 /// Bump when what a checkpoint holds, or how a node is joined or resumed, changes.
-pub const CHECKPOINT_VERSION: &str = "node-checkpoint-2";
+pub const CHECKPOINT_VERSION: &str = "node-checkpoint-3";
 /// The control plane's saved state inside an entry.
 pub const CONTROL_PLANE: &str = "control-plane";
 /// The entry's description.
@@ -100,12 +101,9 @@ pub struct NodeInputs<'a> {
     pub crd_dir: &'a Path,
     /// A name for what the test does to the VM before deploying (`""` for nothing).
     pub prepare: &'a str,
-    /// What runs the cluster: [`PROCESSES`], or [`kind_control_plane`] of the node image.
+    /// What runs the cluster: [`kind_control_plane`] of the node image.
     pub control_plane: &'a str,
 }
-
-/// [`NodeInputs::control_plane`] of the processes control plane.
-pub const PROCESSES: &str = "processes";
 
 /// [`NodeInputs::control_plane`] of a Kind cluster of node image `image` (its reference), set up
 /// as [`crate::kind::plane::setup_key`] says.
@@ -185,13 +183,8 @@ impl Checkpoint {
                 return Err(stale(format!("{file} is missing or empty")));
             }
         }
-        let control_plane = dir.join(CONTROL_PLANE);
-        if crate::kind::saved::SavedKindNode::is_in(&control_plane) {
-            crate::kind::saved::SavedKindNode::load(&control_plane)
-                .map_err(|why| stale(format!("{CONTROL_PLANE}/: {why}")))?;
-        } else if !control_plane.join("pki").is_dir() || !control_plane.join("etcd").is_dir() {
-            return Err(stale(format!("{CONTROL_PLANE}/ has no pki/ or etcd/")));
-        }
+        crate::kind::saved::SavedKindNode::load(&dir.join(CONTROL_PLANE))
+            .map_err(|why| stale(format!("{CONTROL_PLANE}/: {why}")))?;
         if !info.base_disk.is_file() {
             return Err(stale(format!(
                 "the disk it is an overlay of, {}, is gone",
@@ -336,15 +329,8 @@ pub fn prune(cache: &Cache) {
             doomed.push((dir, format!("its base disk {} is gone", info.base_disk.display())));
             continue;
         }
-        // One newest checkpoint per node and per kind of cluster (`kind`, whatever its node
-        // image and setup, or the processes).
-        let node = match info.inputs.0.get("control-plane") {
-            Some(plane) if plane != PROCESSES => {
-                let kind = plane.split(' ').next().unwrap_or_default();
-                format!("{} on {kind}", info.deployed.name)
-            }
-            _ => info.deployed.name.clone(),
-        };
+        // One newest checkpoint per node, whatever its cluster's node image and setup.
+        let node = info.deployed.name.clone();
         match newest.get(&node) {
             Some((at, _)) if *at >= info.saved_at => {
                 doomed.push((dir, format!("a newer checkpoint of node {node} exists")));
@@ -459,7 +445,7 @@ mod tests {
                 artifacts_key: "artifacts",
                 crd_dir: &self.path("crd"),
                 prepare: "search lab.test",
-                control_plane: PROCESSES,
+                control_plane: "kind node-image setup 1",
             })
             .unwrap()
         }
@@ -483,8 +469,7 @@ mod tests {
     fn fake_build(out: &Path, files: &Files, node: &str) -> Result<Saved, BuildError> {
         fs::write(out.join(state::DISK), "disk")?;
         fs::write(out.join(state::STREAM), "stream")?;
-        fs::create_dir_all(out.join(CONTROL_PLANE).join("pki"))?;
-        fs::create_dir_all(out.join(CONTROL_PLANE).join("etcd"))?;
+        crate::kind::saved::tests::fake_saved_node(&out.join(CONTROL_PLANE))?;
         fs::write(out.join(HOST_LISTING), "path /etc/os-release\n")?;
         Ok(Saved {
             deployed: deployed(node),
@@ -557,12 +542,13 @@ mod tests {
         let err = Checkpoint::load(&built.dir, &other).unwrap_err().to_string();
         assert!(err.contains("artifacts"), "{err}");
 
-        fs::remove_dir_all(built.dir.join(CONTROL_PLANE).join("etcd")).unwrap();
+        let var_tar = built.dir.join(CONTROL_PLANE).join(crate::kind::saved::VAR_TAR);
+        fs::remove_file(&var_tar).unwrap();
         let err = Checkpoint::load(&built.dir, &files.inputs())
             .unwrap_err()
             .to_string();
-        assert!(err.contains("etcd"), "{err}");
-        fs::create_dir(built.dir.join(CONTROL_PLANE).join("etcd")).unwrap();
+        assert!(err.contains(crate::kind::saved::VAR_TAR), "{err}");
+        fs::write(&var_tar, "tar").unwrap();
 
         let listing = fs::read(built.dir.join(HOST_LISTING)).unwrap();
         fs::remove_file(built.dir.join(HOST_LISTING)).unwrap();

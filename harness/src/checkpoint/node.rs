@@ -116,24 +116,17 @@ pub fn prepare_host(vm: &Vm) -> Result<(), NodeCheckpointError> {
     Ok(())
 }
 
-/// The inputs of the checkpoint of `node` (loaded from `node_config`) as things are now, in a
-/// lab whose cluster is a Kind cluster when `kind` is set.
+/// The inputs of the checkpoint of `node` (loaded from `node_config`) as things are now.
 pub fn inputs(
     cache: &Cache,
     node: &NodeConfig,
     node_config: &Path,
-    kind: bool,
 ) -> Result<CheckpointInputs, NodeCheckpointError> {
-    let control_plane = match kind {
-        false => super::PROCESSES.to_string(),
-        true => {
-            let image = crate::images::kind_node::require(cache).map_err(|e| NodeCheckpointError::Host {
-                what: "the Kind node image".into(),
-                why: Chain(&e).to_string(),
-            })?;
-            super::kind_control_plane(&image.reference)
-        }
-    };
+    let kind_node = crate::images::kind_node::require(cache).map_err(|e| NodeCheckpointError::Host {
+        what: "the Kind node image".into(),
+        why: Chain(&e).to_string(),
+    })?;
+    let control_plane = super::kind_control_plane(&kind_node.reference);
     let image = crate::images::host::require(cache).map_err(|e| NodeCheckpointError::Host {
         what: "the host image".into(),
         why: Chain(&e).to_string(),
@@ -181,17 +174,15 @@ pub fn save(
         .saved_state()
         .map(|dir| dir.join(crate::vm::state::DISK))
         .unwrap_or_else(|| vm.spec().image.disk.clone());
-    if lab.cluster_is_kind() {
-        // The Kind cluster's kube-proxy DaemonSet pod has started on the node and written its
-        // rules: a resumed node has them at once (crate::kind::node_proxy).
-        let step = crate::progress::Step::start(format!(
-            "node {}: waiting for its kube-proxy to sync",
-            deployed.name
-        ));
-        crate::kind::node_proxy::wait_kube_proxy_synced(&vm, vm.deadlines().command * 3)
-            .map_err(NodeCheckpointError::KubeProxy)?;
-        step.finish();
-    }
+    // The Kind cluster's kube-proxy DaemonSet pod has started on the node and written its
+    // rules: a resumed node has them at once (crate::kind::node_proxy).
+    let step = crate::progress::Step::start(format!(
+        "node {}: waiting for its kube-proxy to sync",
+        deployed.name
+    ));
+    crate::kind::node_proxy::wait_kube_proxy_synced(&vm, vm.deadlines().command * 3)
+        .map_err(NodeCheckpointError::KubeProxy)?;
+    step.finish();
     let step = crate::progress::Step::start(format!("saving node {} into a checkpoint", deployed.name));
     let save = vm.save_into(out)?;
     step.line(&format!("VM saved in {:.1}s", save.as_secs_f64()));

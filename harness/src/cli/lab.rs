@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use crate::lab::{ClusterKind, Lab, LabSpec, netns, owner, signals};
+use crate::lab::{Lab, LabSpec, netns, owner, signals};
 use crate::vm::{BootImage, RunDir, Vm};
 use anyhow::{Context, bail};
 use nix::sys::signal::{Signal, kill};
@@ -19,14 +19,14 @@ const HAND_NAME: &str = "hello.lab.test";
 #[derive(clap::Subcommand)]
 pub enum Command {
     /// Start lab 0 (namespace `lab-0`, 192.168.100.0/24) with its Kubernetes cluster (a Kind
-    /// cluster unless `--cluster processes`) and one VM named after the node config, and keep it
-    /// until Ctrl-C or `harness lab down`.
+    /// cluster, `kind get clusters` lists it as `lab-0`) and one VM named after the node config,
+    /// and keep it until Ctrl-C or `harness lab down`.
     ///
     /// The VM boots from the cached host image, the cluster runs the cached Kubernetes
     /// binaries and Kind node image (`harness images build` first). The lab's upstream DNS
     /// server is 192.168.100.1:53, its artifact server http://192.168.100.1:8080, the API server
-    /// https://192.168.100.3:6443 on Kind (https://192.168.100.1:6443 with the processes); the
-    /// address from the host and the admin kubeconfig's path are printed (`harness lab
+    /// https://192.168.100.3:6443 (the Kind node on the lab's bridge); the container engine is
+    /// chosen and said on the first line; the address from the host and the admin kubeconfig's path are printed (`harness lab
     /// kubeconfig`); see docs/lab.md.
     Up {
         /// The node config (`node-configs/<name>.json`); the VM is named after its `name`
@@ -43,14 +43,6 @@ pub enum Command {
         /// No Kubernetes control plane.
         #[arg(long)]
         no_control_plane: bool,
-        /// What runs the cluster: `kind`, a Kind cluster (`kind get clusters` lists it as
-        /// `lab-<n>`; the container engine is chosen and said on the first line; the VM joins it
-        /// at https://192.168.100.3:6443), or `processes`, the control plane's processes in the
-        /// lab namespace (the VM joins at https://192.168.100.1:6443). Default: `LAB_CLUSTER`,
-        /// else `kind` (docs/lab.md, "The Kind cluster"). A node's checkpoint is taken on one
-        /// kind of cluster and resumed only on that kind.
-        #[arg(long, value_enum, conflicts_with = "no_control_plane")]
-        cluster: Option<ClusterKind>,
         /// Join the node for real even when a checkpoint of it exists (the scenarios save
         /// one per node config; `LAB_NO_CHECKPOINT=1` does the same).
         #[arg(long)]
@@ -115,23 +107,15 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
             no_vm,
             control_plane,
             no_control_plane,
-            cluster,
             no_checkpoint,
             at,
-        } => {
-            let kind = match cluster {
-                Some(cluster) => cluster,
-                None => ClusterKind::from_env()?,
-            };
-            up(
-                &node_config,
-                no_vm,
-                control_plane || cluster.is_some() || !(no_vm || no_control_plane),
-                kind.is_kind(),
-                !no_checkpoint && crate::checkpoint::enabled(),
-                at.number()?,
-            )
-        }
+        } => up(
+            &node_config,
+            no_vm,
+            control_plane || !(no_vm || no_control_plane),
+            !no_checkpoint && crate::checkpoint::enabled(),
+            at.number()?,
+        ),
         Command::Down { at, timeout } => down(at.number()?, Duration::from_secs(timeout)),
         Command::List => list(),
         Command::Status { at, output } => super::lab_inspect::status(at.number()?, output),
@@ -150,14 +134,10 @@ fn up(
     node_config: &Path,
     no_vm: bool,
     control_plane: bool,
-    kind: bool,
     checkpoint: bool,
     number: u8,
 ) -> anyhow::Result<ExitCode> {
-    let spec = LabSpec {
-        kind_cluster: control_plane && kind,
-        ..lab_spec(control_plane, number)
-    };
+    let spec = lab_spec(control_plane, number);
     if checkpoint && control_plane && !no_vm {
         let started = Instant::now();
         if let Some((lab, vm)) = resume_from_checkpoint(node_config, spec.clone())? {
@@ -179,10 +159,8 @@ fn up(
         Some((name, BootImage::from(&image)))
     };
     let started = Instant::now();
-    if control_plane && kind {
+    if control_plane {
         eprintln!("==> starting the lab and its Kind cluster ...");
-    } else if control_plane {
-        eprintln!("==> starting the lab and its control plane (etcd, kube-apiserver, ...) ...");
     }
     let lab = Lab::start(spec)?;
     let addrs = *lab.addrs();
@@ -198,7 +176,7 @@ fn up(
     );
     if let Some(cluster) = lab.cluster() {
         eprintln!(
-            "==> control plane ready: Kubernetes {} at {} (host {}), admin kubeconfig {}",
+            "==> Kind cluster ready: Kubernetes {} at {} (host {}), admin kubeconfig {}",
             cluster.kubernetes_version,
             cluster.api_server,
             cluster.host_api_server,
@@ -253,7 +231,7 @@ fn resume_from_checkpoint(node_config: &Path, spec: LabSpec) -> anyhow::Result<O
     use crate::checkpoint::node::{self as saved_node, NodeCheckpointError};
     let node = crate::node_config::NodeConfig::load(node_config)?;
     let cache = crate::cache::Cache::open()?;
-    let inputs = saved_node::inputs(&cache, &node, node_config, spec.kind_cluster)?;
+    let inputs = saved_node::inputs(&cache, &node, node_config)?;
     let Some(saved) = crate::checkpoint::find(&cache, &inputs) else {
         eprintln!(
             "==> no checkpoint of node {} for this agent build, node config and images: joining for real (a scenario run saves one)",

@@ -6,10 +6,11 @@ use std::path::{Path, PathBuf};
 use super::error::ControlPlaneError;
 
 /// How to reach a lab's cluster. Every kubeconfig here works from the host namespace as it
-/// is (it names the host loopback forwarder); `api_server` is what the VMs use.
+/// is (it names the API server's port on the host's loopback, which Kind chose); `api_server`
+/// is what the VMs use.
 #[derive(Clone, Debug)]
 pub struct ClusterAccess {
-    /// The API server as the VMs reach it, `https://192.168.100.1:6443`.
+    /// The API server as the VMs reach it, `https://192.168.100.3:6443` (the Kind node).
     pub api_server: String,
     /// The API server from the host namespace, `https://127.0.0.1:<port>`.
     pub host_api_server: String,
@@ -23,14 +24,14 @@ pub struct ClusterAccess {
     pub admin_kubeconfig: PathBuf,
     /// A kubeconfig holding only the bootstrap token, naming `host_api_server`.
     pub bootstrap_kubeconfig: PathBuf,
-    /// The PKI directory (its kubeconfigs name `api_server`); a Kind cluster's PKI stays in its
-    /// node, and this directory holds only its `admin.conf` naming `api_server`.
+    /// The directory of `admin.conf`, the admin kubeconfig naming `api_server` (for clients in
+    /// the lab namespace or a VM); the cluster's PKI stays in its Kind node.
     pub pki_dir: PathBuf,
     /// `v1.35.4`.
     pub kubernetes_version: String,
     /// The `kubectl` built with the control plane (same version).
     pub kubectl: PathBuf,
-    /// Where the control plane's processes log (`<name>.log`).
+    /// Where the cluster's own logs go (`kind-create.log`).
     pub log_dir: PathBuf,
 }
 

@@ -21,7 +21,7 @@ pub enum Credentials {
 pub struct KubeconfigSpec {
     /// The cluster's name (`lab`).
     pub cluster: String,
-    /// The API server's URL (`https://192.168.100.1:6443`).
+    /// The API server's URL (`https://192.168.100.3:6443`).
     pub server: String,
     /// The cluster CA, PEM (embedded as `certificate-authority-data`).
     pub ca_pem: String,

@@ -33,6 +33,8 @@ pub enum DeployError {
     NotInLab { lab: String, vm: String, tap: String },
     #[error(transparent)]
     Config(#[from] NodeConfigError),
+    #[error(transparent)]
+    Machine(#[from] super::machine::MachineError),
     #[error("deploying node {node}: {doing}: {source}\nevidence in {evidence}")]
     Vm {
         node: String,

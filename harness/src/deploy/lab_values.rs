@@ -27,6 +27,7 @@ pub fn lab_values(cluster: &ClusterAccess, artifacts: &LabArtifacts, vm: &Vm, ni
         machine_image: Some(artifacts.machine_image.clone()),
         container_images: artifacts.container_images.clone(),
         offline_source: Some(super::offline::guest_bundle(vm, artifacts).to_string()),
+        daemon_token: None,
     }
 }
 

@@ -3,6 +3,7 @@
 //! `<HostPrefix>/bin/unbounded-agent`, the config to `/etc/unbounded/agent/config.json`, and
 //! `unbounded-agent start` runs under a deadline scaled for the accelerator.
 //!
+//! * [`machine`]: the node's Machine and its daemon's access in the lab's cluster, before `start`;
 //! * [`plan`]: the pure part (config, paths, command line, deadline), unit tested;
 //! * [`agent_binary`]: the agent binary to copy, refused when missing or older than its sources;
 //! * [`start`]: the executor on a [`Vm`];
@@ -17,6 +18,7 @@ pub mod error;
 pub mod evidence;
 pub mod join;
 pub mod lab_values;
+pub mod machine;
 pub mod measure;
 pub mod offline;
 pub mod plan;
@@ -60,7 +62,8 @@ pub struct DeployedNode {
 
 /// Deploys `node` onto `vm`, a VM of `lab` (whose control plane must run), with the values of
 /// the lab's cluster, the published `artifacts` and the VM's lab address and pod CIDR
-/// (`10.244.<k>.0/24` for VM `k`). Evidence of a failure goes under
+/// (`10.244.<k>.0/24` for VM `k`), after giving the node its Machine and, unless the node
+/// config leaves the daemon out, its daemon's access and token ([`machine`]). Evidence of a failure goes under
 /// `$LAB_ARTIFACTS_DIR/<running test>/<vm>/`.
 pub fn deploy_node(
     lab: &Lab,
@@ -83,7 +86,9 @@ pub fn deploy_node_as(
         .cluster()
         .ok_or_else(|| DeployError::NoControlPlane { lab: lab.name() })?;
     let nic = lab_values::nic_of(lab, vm)?;
-    deploy_with_values(vm, node, &lab_values(cluster, artifacts, vm, &nic), test)
+    let mut values = lab_values(cluster, artifacts, vm, &nic);
+    values.daemon_token = machine::give_the_node_its_machine(cluster, node.name(), node.daemon)?;
+    deploy_with_values(vm, node, &values, test)
 }
 
 /// Deploys `node` onto `vm` with the lab's `values` (see the module docs), with the agent built

@@ -9,7 +9,7 @@
 //! {
 //!   "lab": "lab-0", "number": 0,
 //!   "owner": { "pid": 4242, "alive": true, "command": "harness lab up" },
-//!   "kubernetes_version": "v1.35.4", "api_server": "https://127.0.0.1:16443",
+//!   "kubernetes_version": "v1.35.4", "api_server": "https://127.0.0.1:41235",
 //!   "kubeconfig": "/run/unbounded-lab/lab-0/kubeconfig",
 //!   "kind": { "cluster": "lab-0", "nodes": [ { "container": "lab-0-control-plane", "state": "running" } ],
 //!             "problem": null },

@@ -67,6 +67,9 @@ pub enum KindError {
         #[source]
         source: std::io::Error,
     },
+    /// The cluster's CoreDNS never answered on the `kube-dns` ClusterIP from the lab namespace.
+    #[error("the cluster DNS: {0}")]
+    ClusterDns(#[source] Box<crate::wait::WaitTimeout>),
 }
 
 impl From<CommandFailed> for KindError {

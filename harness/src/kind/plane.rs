@@ -1,5 +1,5 @@
-//! [`KindControlPlane`]: a lab's cluster as a Kind cluster, behind the same
-//! [`ControlPlane`] seam as the processes control plane.
+//! [`KindControlPlane`]: a lab's cluster as a Kind cluster, behind the [`ControlPlane`] seam the
+//! lab holds.
 //!
 //! Kind creates cluster `lab-<n>` in the lab's own engine network (`kind-lab-<n>`), or its node
 //! is restored from a checkpoint ([`super::saved`]); the harness then gives the node a
@@ -8,8 +8,8 @@
 //! it), the lab namespace routes the service CIDR and the node's pod CIDR to it (kube-proxy's
 //! rules in the node DNAT a VM's query to `10.96.0.10` to a CoreDNS pod), and the node routes
 //! each VM's pod CIDR back through the bridge. The cluster's CoreDNS forwards other names to the
-//! lab's upstream DNS. The lab's bootstrap token, the Machina CRDs and the agent daemon's RBAC
-//! are applied as in the processes control plane.
+//! lab's upstream DNS. The lab's bootstrap token (its Secret and kubeadm's bootstrap RBAC), the
+//! Machina CRDs and the agent daemon's RBAC and admission policy are applied once it answers.
 
 use std::fs;
 use std::net::Ipv4Addr;
@@ -164,6 +164,14 @@ impl KindControlPlane {
                     .map_err(|e| KindError::Kubeconfig(format!("generating a bootstrap token: {e}")))?;
                 plane.write_bootstrap_kubeconfig(spec, &token.to_string())?;
                 plane.configure(spec, &token)?;
+                // A lab is up when its VMs can resolve: the CoreDNS pods answer on the ClusterIP.
+                step.message("waiting for the cluster DNS to answer from the lab namespace");
+                crate::lab::cluster_dns_probe::wait_answers_in(
+                    &spec.addrs.netns(),
+                    CLUSTER_DNS_IP,
+                    spec.timeout,
+                )
+                .map_err(|e| KindError::ClusterDns(Box::new(e)))?;
             }
             // The saved cluster's etcd holds the lab's objects and its CoreDNS's Corefile.
             Some(saved) => plane.write_bootstrap_kubeconfig(spec, &saved.bootstrap_token)?,
@@ -265,7 +273,7 @@ impl KindControlPlane {
             .ok_or_else(|| KindError::Kubeconfig(format!("{} holds no CA", kind_kubeconfig.display())))?;
         self.access.ca_cert_pem = ca;
         // The same admin kubeconfig naming the API server's lab address, for clients in the lab
-        // namespace (`pki_dir/admin.conf`, as the processes control plane writes it).
+        // namespace (`pki_dir/admin.conf`).
         let in_lab = text.replace(&self.access.host_api_server, &self.access.api_server);
         write_file(&self.access.pki_dir.join("admin.conf"), &in_lab)?;
         Ok(())
@@ -319,8 +327,10 @@ impl KindControlPlane {
             .map_err(KindError::Kubeconfig)?;
 
         // CoreDNS forwards what is not the cluster's to the lab's upstream DNS and logs every
-        // query (a scenario reads which client asked); its `reload` plugin takes the new
-        // Corefile. One replica: the lab's node has two cores to share with the VMs.
+        // query (a scenario reads which client asked). Its pods are started again, so none
+        // answers with Kind's Corefile once this returns (the `reload` plugin would take the new
+        // one only after the kubelet's next sync of the ConfigMap, a minute or more). One
+        // replica: the lab's node has two cores to share with the VMs.
         let corefile = kubectl(&[
             "-n",
             "kube-system",
@@ -341,6 +351,18 @@ impl KindControlPlane {
             "deployment",
             "coredns",
             "--replicas=1",
+        ])
+        .map_err(KindError::Kubeconfig)?;
+        kubectl(&["-n", "kube-system", "rollout", "restart", "deployment", "coredns"])
+            .map_err(KindError::Kubeconfig)?;
+        kubectl(&[
+            "-n",
+            "kube-system",
+            "rollout",
+            "status",
+            "deployment",
+            "coredns",
+            &timeout,
         ])
         .map_err(KindError::Kubeconfig)?;
 
@@ -453,10 +475,6 @@ fn write_file(path: &Path, text: &str) -> Result<(), KindError> {
 impl ControlPlane for KindControlPlane {
     fn access(&self) -> &ClusterAccess {
         &self.access
-    }
-
-    fn pids(&self) -> Vec<i32> {
-        Vec::new()
     }
 
     fn kind_record(&self) -> Option<crate::lab::record::KindRecord> {

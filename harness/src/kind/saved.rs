@@ -79,11 +79,6 @@ impl SavedKindNode {
         }
         Ok(saved)
     }
-
-    /// Whether `dir` holds a saved Kind node (not a processes control plane's state).
-    pub fn is_in(dir: &Path) -> bool {
-        dir.join(INFO).is_file()
-    }
 }
 
 fn write_err(path: &Path) -> impl FnOnce(std::io::Error) -> KindError + '_ {
@@ -345,7 +340,7 @@ pub fn restored_node_args(engine: EngineKind, cluster: &str, network: &str, volu
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -377,7 +372,6 @@ mod tests {
             bootstrap_token: "abcdef.0123456789abcdef".into(),
         };
         fs::write(dir.path().join(INFO), serde_json::to_string(&info).unwrap()).unwrap();
-        assert!(SavedKindNode::is_in(dir.path()));
         let err = SavedKindNode::load(dir.path()).unwrap_err();
         assert!(err.contains(VAR_TAR), "{err}");
         fs::write(dir.path().join(VAR_TAR), "tar").unwrap();
@@ -390,5 +384,23 @@ mod tests {
             fs::write(dir.path().join(FILES_DIR).join(file), "x").unwrap();
         }
         assert_eq!(SavedKindNode::load(dir.path()).unwrap(), info);
+    }
+
+    /// A saved node that loads, with stand-in files (a checkpoint's `control-plane/` in tests).
+    pub(crate) fn fake_saved_node(dir: &Path) -> std::io::Result<()> {
+        let info = SavedKindNode {
+            hostname: "lab-1-control-plane".into(),
+            image: "localhost/unbounded-kind-node:k".into(),
+            bootstrap_token: "abcdef.0123456789abcdef".into(),
+        };
+        fs::create_dir_all(dir.join(ETC_DIR).join("pki"))?;
+        fs::create_dir_all(dir.join(FILES_DIR))?;
+        fs::write(dir.join(INFO), serde_json::to_string(&info).unwrap())?;
+        fs::write(dir.join(VAR_TAR), "tar")?;
+        fs::write(dir.join(ETC_DIR).join("pki/ca.crt"), "ca")?;
+        for file in ["kubeadm.conf", "old-ipv4"] {
+            fs::write(dir.join(FILES_DIR).join(file), "x")?;
+        }
+        Ok(())
     }
 }

@@ -10,7 +10,7 @@
 //! | upstream DNS         | `192.168.100.1:53` (UDP and TCP) |
 //! | second upstream DNS  | `192.168.100.2:53`, the same server (tests moving a VM's resolver) |
 //! | artifact HTTP server | `192.168.100.1:8080`           |
-//! | API server           | `192.168.100.1:6443`           |
+//! | Kind node, API server | `192.168.100.3`, `192.168.100.3:6443` |
 //! | VM `k` (from 0)      | tap `labtap<n>-<k>`, `192.168.100.<10+k>`, MAC `52:54:00:6c:00:<k>` |
 
 use std::net::{Ipv4Addr, SocketAddr};

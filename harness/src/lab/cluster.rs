@@ -1,15 +1,13 @@
-//! The lab's Kubernetes cluster: the control plane a lab starts when
-//! `LabSpec.control_plane` is set — a Kind cluster with `LabSpec.kind_cluster`
-//! ([`crate::kind`]), else processes in its namespace ([`crate::controlplane`], the table
-//! below) — and the routes to each VM's pod CIDR.
+//! The lab's Kubernetes cluster: the Kind cluster a lab starts when `LabSpec.control_plane` is
+//! set ([`crate::kind`]), and the routes to each VM's pod CIDR.
 //!
 //! | what | where |
 //! |---|---|
-//! | API server | `https://192.168.100.1:6443`; on the host `https://127.0.0.1:<16443+n>` (a forwarder) |
+//! | API server | `https://192.168.100.3:6443` (the Kind node on the lab's bridge); on the host `https://127.0.0.1:<port Kind chose>` |
 //! | admin kubeconfig for the host | `$LAB_RUN_DIR/lab-<n>/kubeconfig` |
-//! | PKI, etcd data, Corefile | `$LAB_RUN_DIR/lab-<n>/control-plane/` |
-//! | logs (`etcd.log`, `kube-apiserver.log`, ...) | `<lab log dir>/control-plane/` |
-//! | cluster DNS | `10.96.0.10:53` on the namespace's `lo` |
+//! | Kind's config, the objects applied | `$LAB_RUN_DIR/lab-<n>/control-plane/` |
+//! | Kind's output | `<lab log dir>/control-plane/kind-create.log` |
+//! | cluster DNS | `10.96.0.10`, the `kube-dns` Service |
 //! | pod CIDR of VM `k` | `10.244.<k>.0/24` via `192.168.100.<10+k>` |
 
 use std::path::{Path, PathBuf};
@@ -18,41 +16,36 @@ use std::process::Command;
 use super::addr::LabAddrs;
 use super::error::LabError;
 use crate::cache::Cache;
-use crate::controlplane::{ControlPlane, ControlPlaneError, ControlPlaneSpec, ProcessControlPlane};
+use crate::controlplane::{ControlPlane, ControlPlaneError, ControlPlaneSpec};
 use crate::error_chain::Chain;
-use crate::images::{coredns, kind_node, kind_tool, kubernetes};
+use crate::images::{kind_node, kind_tool, kubernetes};
 
-/// The images a control plane runs from, found before the lab is made.
+/// The images the lab's cluster runs from, found before the lab is made.
 #[derive(Clone, Debug)]
 pub struct ClusterImages {
+    /// The Kubernetes binaries (the host's `kubectl`).
     kubernetes: kubernetes::KubernetesArtifact,
-    coredns: PathBuf,
-    /// A Kind cluster's `kind` and node image; `None`: the processes control plane.
-    kind: Option<crate::kind::KindParts>,
+    /// `kind` and the Kind node image.
+    kind: crate::kind::KindParts,
 }
 
 fn missing(err: impl std::error::Error + 'static) -> LabError {
     LabError::ControlPlane(Box::new(ControlPlaneError::MissingImage(format!(
-        "the lab's control plane cannot start: {}",
+        "the lab's cluster cannot start: {}",
         Chain(&err)
     ))))
 }
 
-/// Finds the cached Kubernetes binaries and CoreDNS (with `kind`, `kind` and the Kind node
-/// image too); fails at once naming `harness images build` when one is missing.
-pub fn images(kind: bool) -> Result<ClusterImages, LabError> {
+/// Finds the cached Kubernetes binaries, `kind` and the Kind node image; fails at once naming
+/// `harness images build` when one is missing.
+pub fn images() -> Result<ClusterImages, LabError> {
     let cache = Cache::open().map_err(missing)?;
-    let kind = match kind {
-        false => None,
-        true => Some(crate::kind::KindParts {
+    Ok(ClusterImages {
+        kind: crate::kind::KindParts {
             tool: kind_tool::require(&cache).map_err(missing)?,
             image: kind_node::require(&cache).map_err(missing)?,
-        }),
-    };
-    Ok(ClusterImages {
+        },
         kubernetes: kubernetes::require(&cache).map_err(missing)?,
-        coredns: coredns::require(&cache).map_err(missing)?.cluster_binary,
-        kind,
     })
 }
 
@@ -71,14 +64,14 @@ pub fn rbac_dir() -> PathBuf {
     crate::repo::root().join("deploy").join("rbac")
 }
 
-/// `<run dir>/control-plane`: the control plane's state (PKI, etcd data, Corefile).
+/// `<run dir>/control-plane`: the cluster's state on the host (Kind's kubeconfig, the engine's
+/// config, the objects applied).
 pub fn state_dir(run_dir: &Path) -> PathBuf {
     run_dir.join("control-plane")
 }
 
-/// Starts the control plane of lab `addrs` (a Kind cluster when `images` has Kind's parts);
-/// with `restore`, from that saved state (a checkpoint's, [`crate::checkpoint`]: a copy of the
-/// processes' PKI and etcd data, or a Kind node restored from it) instead of a new cluster.
+/// Starts lab `addrs`'s Kind cluster; with `restore`, its node restored from that saved node (a
+/// checkpoint's, [`crate::kind::saved`]) instead of a new cluster.
 pub fn start(
     images: &ClusterImages,
     addrs: &LabAddrs,
@@ -86,37 +79,19 @@ pub fn start(
     log_dir: &Path,
     restore: Option<&Path>,
 ) -> Result<Box<dyn ControlPlane>, LabError> {
-    let state = state_dir(run_dir);
-    // A Kind cluster restores its node from the saved files in place (`crate::kind::saved`).
-    if let (Some(saved), None) = (restore, &images.kind) {
-        crate::checkpoint::copy_tree(saved, &state).map_err(|e| {
-            LabError::ControlPlane(Box::new(ControlPlaneError::Netns {
-                netns: addrs.netns(),
-                message: format!(
-                    "restoring the control plane's state from {}: {e}",
-                    saved.display()
-                ),
-            }))
-        })?;
-    }
     let spec = ControlPlaneSpec {
         addrs: *addrs,
-        state_dir: state,
+        state_dir: state_dir(run_dir),
         log_dir: log_dir.join("control-plane"),
         admin_kubeconfig: admin_kubeconfig(run_dir),
         bin_dir: images.kubernetes.bin_dir.clone(),
         kubernetes_version: format!("v{}", images.kubernetes.version),
-        coredns: images.coredns.clone(),
         crd_dir: crd_dir(),
         rbac_dir: rbac_dir(),
         timeout: ControlPlaneSpec::default_timeout(),
     };
-    if let Some(parts) = &images.kind {
-        let plane = crate::kind::KindControlPlane::start(&spec, parts, restore)
-            .map_err(|e| LabError::Kind(Box::new(e)))?;
-        return Ok(Box::new(plane));
-    }
-    let plane = ProcessControlPlane::start(&spec).map_err(|e| LabError::ControlPlane(Box::new(e)))?;
+    let plane = crate::kind::KindControlPlane::start(&spec, &images.kind, restore)
+        .map_err(|e| LabError::Kind(Box::new(e)))?;
     Ok(Box::new(plane))
 }
 

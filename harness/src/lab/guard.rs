@@ -30,13 +30,10 @@ pub struct LabSpec {
     pub log_dir: Option<PathBuf>,
     /// The directory served at the artifact server's `/`; default: `<run dir>/http`, empty.
     pub http_root: Option<PathBuf>,
-    /// Start the Kubernetes control plane in the lab (see [`super::cluster`]); `lab.cluster()`.
+    /// Run the lab's Kubernetes cluster, a Kind cluster (see [`super::cluster`]); `lab.cluster()`.
     pub control_plane: bool,
-    /// With `control_plane`: a Kind cluster ([`crate::kind::KindControlPlane`]) instead of the
-    /// processes in the lab namespace.
-    pub kind_cluster: bool,
-    /// Start the control plane from a copy of this saved state (a checkpoint's PKI, etcd data
-    /// and kubeconfigs, [`crate::checkpoint`]) instead of a new cluster.
+    /// Start the cluster from this saved Kind node (a checkpoint's, [`crate::kind::saved`])
+    /// instead of a new cluster.
     pub control_plane_state: Option<PathBuf>,
 }
 
@@ -141,10 +138,7 @@ impl Lab {
             Some(n) => Want::Exactly(n),
             None => Want::Prefer(preferred_number()),
         };
-        let cluster_images = spec
-            .control_plane
-            .then(|| super::cluster::images(spec.kind_cluster))
-            .transpose()?;
+        let cluster_images = spec.control_plane.then(super::cluster::images).transpose()?;
         let (addrs, swept) = owner::claim(want)?;
         let name = addrs.netns();
         signals::register(&name);
@@ -244,21 +238,13 @@ impl Lab {
         &self.http
     }
 
-    /// Whether the lab's cluster is a Kind cluster.
-    pub fn cluster_is_kind(&self) -> bool {
-        self.cluster
-            .as_deref()
-            .and_then(|plane| plane.kind_record())
-            .is_some()
-    }
-
     /// The cluster, when the lab was started with `LabSpec.control_plane`.
     pub fn cluster(&self) -> Option<&crate::controlplane::ClusterAccess> {
         self.cluster.as_deref().map(|c| c.access())
     }
 
-    /// Stops the control plane, saving its state into `into` (a new directory: the processes'
-    /// PKI, etcd data and kubeconfigs, or the Kind node, [`crate::kind::saved`]); what a
+    /// Stops the control plane, saving its state into `into` (a new directory: the Kind node,
+    /// [`crate::kind::saved`]); what a
     /// checkpoint keeps. The lab has no cluster afterwards; fails naming what could not be
     /// stopped or saved.
     pub fn stop_control_plane_saving(&mut self, into: &Path) -> Result<(), LabError> {
@@ -278,11 +264,6 @@ impl Lab {
             });
         }
         Ok(())
-    }
-
-    /// The pids of the control plane's processes (empty without one).
-    pub fn cluster_pids(&self) -> Vec<i32> {
-        self.cluster.as_deref().map(|c| c.pids()).unwrap_or_default()
     }
 
     /// A command run inside the lab's namespace (`ip netns exec lab-<n> <program>`).

@@ -22,9 +22,9 @@
 //!   ([`services`]). No helper processes; stopping them closes the sockets.
 //! * QEMU runs inside the namespace: [`Lab::command`] / [`VmNic::netns`]
 //!   (`ip netns exec lab-<n> qemu-system-x86_64 ...`).
-//! * With `LabSpec { control_plane: true, .. }` the lab also runs a Kubernetes cluster: a Kind
-//!   cluster with `kind_cluster` ([`crate::kind`]), else the control plane's processes in its
-//!   namespace ([`cluster`], [`crate::controlplane`]); `lab.cluster()` tells how to reach it.
+//! * With `LabSpec { control_plane: true, .. }` the lab also runs a Kubernetes cluster, a Kind
+//!   cluster wired to its bridge ([`cluster`], [`crate::kind`]); `lab.cluster()` tells how to
+//!   reach it.
 //! * Offline VMs: [`Lab::block_artifact_server`] cuts one VM off from the artifact server
 //!   ("No route to host" on `:8080`, see [`offline`]); the API server and DNS stay reachable.
 //! * Ownership: `/run/unbounded-lab/lab-<n>/owner.pid`; every [`Lab::start`]
@@ -34,7 +34,6 @@
 pub mod addr;
 pub mod cluster;
 pub mod cluster_dns_probe;
-pub mod cluster_kind;
 pub mod dns;
 mod dns_server;
 pub mod error;
@@ -49,7 +48,6 @@ mod services;
 pub mod signals;
 
 pub use addr::LabAddrs;
-pub use cluster_kind::ClusterKind;
 pub use dns::{DnsControl, DnsFailure, DnsQuery};
 pub use error::LabError;
 pub use guard::{Lab, LabSpec, VmNic};

@@ -1,7 +1,8 @@
 //! Cutting VMs off from the lab's artifact server (for the offline scenarios): one nft table
 //! `inet lab_offline` in the lab's namespace rejects TCP to `:8080` from the blocked VMs with
-//! ICMP host-unreachable, so a connect in the VM fails with "No route to host", while the API
-//! server (`:6443`) and the upstream DNS (`:53`) on the same bridge address stay reachable.
+//! ICMP host-unreachable, so a connect in the VM fails with "No route to host", while the
+//! upstream DNS (`:53`) on the same bridge address and the API server on the Kind node
+//! (`192.168.100.3:6443`) stay reachable.
 //!
 //! The table is rewritten whole from the set of blocked addresses each time (replace, never
 //! append), so blocking or unblocking twice changes nothing; with no address left the table is
