@@ -193,3 +193,29 @@ fn a_missing_image_makes_require_fail_naming_harness_images_build() {
     assert!(rootfs_err.contains("harness images build"), "{rootfs_err}");
     assert!(rootfs_err.contains(rootfs::KIND), "{rootfs_err}");
 }
+
+/// `harness images list --output json` lists each cache entry as an object (kind, key, path,
+/// bytes); an empty cache is an empty list.
+#[test]
+fn images_list_prints_json_with_each_entrys_kind_key_path_and_size() {
+    let root = tempfile::tempdir().unwrap();
+    let list = || {
+        let out = agent::exec::run_stdout(
+            Command::new(env!("CARGO_BIN_EXE_harness"))
+                .args(["images", "list", "--output", "json"])
+                .env("LAB_CACHE_DIR", root.path()),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        serde_json::from_str::<serde_json::Value>(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+    };
+    assert_eq!(list(), serde_json::json!([]));
+    let entry = root.path().join("coredns").join("0123abcd");
+    fs::create_dir_all(&entry).unwrap();
+    fs::write(entry.join("coredns"), vec![0u8; 4096]).unwrap();
+    let listed = list();
+    assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed}");
+    assert_eq!(listed[0]["kind"], "coredns");
+    assert_eq!(listed[0]["key"], "0123abcd");
+    assert_eq!(listed[0]["path"], entry.display().to_string());
+    assert!(listed[0]["bytes"].as_u64().unwrap() >= 4096, "{listed}");
+}

@@ -155,8 +155,36 @@ fn lab_up_with_a_missing_node_config_fails_naming_the_file_and_starts_nothing() 
     assert_nothing_left(n);
 }
 
-/// `harness lab status` and `harness lab logs` from another process, on a lab without VMs or
-/// control plane: the status names the owner and the log directory; the logs directory holds
+/// Run by a user other than root (`nobody`, through `setpriv`), `harness lab up` stops at once with
+/// one line saying it needs root, and makes nothing.
+#[test]
+fn a_run_without_root_stops_at_once_in_one_line() {
+    use std::os::unix::fs::PermissionsExt;
+    // A copy nobody can execute (the build directory under root's home is not theirs to read).
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let copy = dir.path().join("harness");
+    std::fs::copy(HARNESS, &copy).unwrap();
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let n = unused_number(5);
+    let out = agent::exec::run_unchecked(
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(&copy)
+            .args(["lab", "up", "--no-vm", "--lab", &n.to_string()])
+            .current_dir(dir.path()),
+    )
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("must run as root"), "{stderr}");
+    assert_nothing_left(n);
+}
+
+/// `harness lab status`, `harness lab list` and `harness lab logs` from another process, on a lab
+/// without VMs or control plane: the status names the owner and the log directory (and exits 0:
+/// nothing is wrong), the list shows the lab with its live owner; the logs directory holds
 /// the lab's record and its DNS/HTTP logs, and the index marks the cluster as not collected.
 #[test]
 fn lab_status_and_logs_describe_a_running_lab_from_another_process() {
@@ -179,6 +207,19 @@ fn lab_status_and_logs_describe_a_running_lab_from_another_process() {
     );
     let text = agent::exec::run_stdout(Command::new(HARNESS).args(["lab", "status", "--lab", &lab])).unwrap();
     assert!(text.contains("no VMs") && text.contains(log_dir), "{text}");
+    // `lab list --output json`: the lab with its live owner, not stale, no VMs.
+    let listed: serde_json::Value = serde_json::from_str(
+        &agent::exec::run_stdout(Command::new(HARNESS).args(["lab", "list", "--output", "json"])).unwrap(),
+    )
+    .unwrap();
+    let entry = listed
+        .as_array()
+        .and_then(|labs| labs.iter().find(|l| l["name"] == format!("lab-{n}")))
+        .unwrap_or_else(|| panic!("lab-{n} is not in {listed}"));
+    assert_eq!(entry["owner_pid"], up.id(), "{entry}");
+    assert_eq!(entry["owner_alive"], true, "{entry}");
+    assert!(entry["stale"].is_null(), "{entry}");
+    assert_eq!(entry["vms"], serde_json::json!([]), "{entry}");
 
     let tmp = tempfile::tempdir().unwrap();
     let into = tmp.path().join("logs");

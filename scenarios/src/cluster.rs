@@ -150,8 +150,7 @@ pub async fn run_pod(
                 );
             }
             ("Succeeded", _) | (_, Some(true)) => {
-                let log = pods
-                    .logs(&name, &LogParams::default())
+                let log = read_log(&pods, &name)
                     .await
                     .with_context(|| format!("reading the log of pod {namespace}/{name} (kubectl logs)"))?;
                 return Ok(FinishedPod { pod: current, log });
@@ -165,6 +164,29 @@ pub async fn run_pod(
             );
         }
         tokio::time::sleep(API_POLL).await;
+    }
+}
+
+/// Times the log of a finished pod is asked for before its error counts.
+const LOG_ATTEMPTS: u32 = 4;
+
+/// The log of finished pod `name`. The API server fetches it from the node's kubelet, a
+/// connection that a loaded TCG guest can drop or answer late ("unexpected EOF", a 500): such a
+/// failure is tried again, up to [`LOG_ATTEMPTS`] times, 2 s apart; the last error is returned.
+async fn read_log(pods: &Api<Pod>, name: &str) -> anyhow::Result<String> {
+    let mut attempt = 1;
+    loop {
+        match pods.logs(name, &LogParams::default()).await {
+            Ok(log) => return Ok(log),
+            Err(err) if attempt < LOG_ATTEMPTS => {
+                eprintln!(
+                    "==> the log of pod {name}, attempt {attempt} of {LOG_ATTEMPTS}: {err}; asking again"
+                );
+                attempt += 1;
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+            Err(err) => return Err(err).with_context(|| format!("after {LOG_ATTEMPTS} attempts")),
+        }
     }
 }
 

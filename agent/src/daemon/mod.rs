@@ -11,6 +11,8 @@
 //! * [`renew`]: the token renewed through the TokenRequest API before it expires;
 //! * [`drift`] (pure): the config its Machine and configuration ask for against the applied one;
 //! * [`act_on_drift`]: `apply` in place or a repave when they differ, reported in the Machine's status;
+//! * [`watch_event`] (pure): what a watch event means for the loop (an expired version is waited
+//!   out, not retried at once);
 //! * [`run`]: the loop against the API server (list, act, watch until something changes).
 
 pub mod act_on_drift;
@@ -22,6 +24,7 @@ pub mod renew;
 pub mod run;
 pub mod select;
 pub mod status;
+pub mod watch_event;
 
 pub use error::DaemonError;
 pub use run::{Daemon, Settings};

@@ -18,6 +18,7 @@ use super::error::DaemonError;
 use super::node_watch::{self, NodeMemory};
 use super::select::{self, Me};
 use super::status;
+use super::watch_event::{self, AfterEvent};
 use crate::lifecycle::{self, Operation, Options, Outcome};
 use crate::machina::machine_operation::{MachineOperation, MachineOperationStatus};
 use crate::machina::{Machine, MachineConfiguration, MachinePhase};
@@ -281,6 +282,7 @@ impl Daemon {
     ) where
         K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
     {
+        let window_ends = tokio::time::Instant::now() + Duration::from_secs(u64::from(secs));
         let mut params = WatchParams::default().timeout(secs);
         params.field_selector = fields;
         match api.watch(&params, version).await {
@@ -289,8 +291,15 @@ impl Daemon {
                 let limit = Duration::from_secs(u64::from(secs) + 5);
                 while let Ok(next) = tokio::time::timeout(limit, stream.try_next()).await {
                     match next {
-                        Ok(Some(kube::api::WatchEvent::Bookmark(_))) => {}
-                        Ok(Some(_)) | Ok(None) => return,
+                        Ok(event) => match watch_event::after(event.as_ref()) {
+                            AfterEvent::Keep => {}
+                            AfterEvent::Changed => return,
+                            AfterEvent::WaitOutWindow(why) => {
+                                tracing::debug!("watching {kind}: {why}; looking again in at most {secs} s");
+                                tokio::time::sleep_until(window_ends).await;
+                                return;
+                            }
+                        },
                         Err(err) => {
                             tracing::warn!(err = %chain(&err), "watching {kind}");
                             return;

@@ -1,4 +1,4 @@
-//! `harness bench vm`, `node` and `suite`; `vm` gives the lab VM's figures on this machine — QEMU start to a ready guest,
+//! `harness bench vm`, `node`, `cluster` and `suite`; `vm` gives the lab VM's figures on this machine — QEMU start to a ready guest,
 //! cold and resumed from the saved state; reboot time; guest commands per second over the
 //! guest agent; QEMU's memory (RSS) per VM. VMs on user networking, no lab needed.
 
@@ -30,6 +30,10 @@ pub enum Command {
     /// Join a node in a lab with its control plane: time from `start` to LocalDNS ready and to
     /// Node Ready, memory at steady state (docs/perf.md). Example: `harness bench node`.
     Node(super::bench_node::Args),
+    /// Make the lab's Kind cluster cold (its node image imported first) and warm, side by side:
+    /// time to a cluster that answers, teardown, the cold/warm ratio (docs/perf.md).
+    /// Example: `harness bench cluster --warm 2`.
+    Cluster(super::bench_cluster::Args),
     /// Where a test run's time went, from nextest's JUnit report: the `vm` group's lanes busy
     /// and idle, each VM test longest first (docs/perf.md). Example: `harness bench suite`
     /// after `scripts/test.sh`.
@@ -44,6 +48,7 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
             no_cold,
         } => bench_vm(runs.max(1), Duration::from_secs(command_secs), !no_cold),
         Command::Node(args) => super::bench_node::run(args),
+        Command::Cluster(args) => super::bench_cluster::run(args),
         Command::Suite(args) => super::bench_suite::run(args),
     }
 }

@@ -26,7 +26,13 @@ pub enum Command {
         only: Vec<Image>,
     },
     /// List the cached images and artifacts: kind, key, size, path.
-    List,
+    ///
+    /// `--output json` prints a list of objects: `kind`, `key`, `path`, `bytes`.
+    List {
+        /// `text` (a table) or `json`.
+        #[arg(long, value_enum, default_value = "text")]
+        output: super::output::Output,
+    },
     /// Remove the cached entries the current recipes no longer give (old keys), with their
     /// logs and locks, and partial builds left by processes that are gone.
     ///
@@ -104,7 +110,7 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
     let cache = Cache::open()?;
     match cmd {
         Command::Build { only } => build(&cache, if only.is_empty() { &Image::ALL } else { &only }),
-        Command::List => list(&cache),
+        Command::List { output } => list(&cache, output),
         Command::Prune { dry_run } => prune(&cache, dry_run),
         Command::Coredns => print_coredns(&cache),
         Command::Kubernetes => print_kubernetes(&cache),
@@ -212,8 +218,12 @@ fn print_kubernetes(cache: &Cache) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn list(cache: &Cache) -> anyhow::Result<ExitCode> {
+fn list(cache: &Cache, output: super::output::Output) -> anyhow::Result<ExitCode> {
     let entries = cache.list()?;
+    if output == super::output::Output::Json {
+        println!("{}", serde_json::to_string_pretty(&entries)?);
+        return Ok(ExitCode::SUCCESS);
+    }
     if entries.is_empty() {
         println!(
             "nothing cached in {}: run `harness images build`",

@@ -60,17 +60,27 @@ pub enum Command {
         timeout: u64,
     },
     /// List the labs on this machine: owner, VMs, whether they are stale.
-    List,
+    ///
+    /// `--output json` prints a list of objects: `name`, `owner_pid`, `owner_alive`,
+    /// `owner_command`, `stale` (why, or null) and `vms` (the running VMs' names).
+    List {
+        /// `text` (a line per lab) or `json`.
+        #[arg(long, value_enum, default_value = "text")]
+        output: super::output::Output,
+    },
     /// The state of a running lab: each VM's Node (Ready?), machine slot, `localdns.service`
     /// and LocalDNS listeners (`/ready` on 169.254.10.10 and .11), and where the logs are.
     ///
-    /// `--output json` prints one object (its shape is documented in docs/lab.md).
+    /// Exits 0 when the lab is healthy, 1 when something is wrong (named on stderr: a Node not
+    /// Ready, a LocalDNS listener not ready, a stopped Kind node, ...; a node whose LocalDNS is
+    /// off is judged by its Node). `--output json` prints one object (its shape is documented in
+    /// docs/lab.md).
     Status {
         #[command(flatten)]
         at: LabArg,
         /// `text` (for people) or `json` (one object, shape in docs/lab.md).
         #[arg(long, value_enum, default_value = "text")]
-        output: super::lab_inspect::Output,
+        output: super::output::Output,
     },
     /// Collect everything a bug report needs from a running lab into one directory (each VM's
     /// journal, the machine's journal, `start`'s output, ruleset, addresses and links, the
@@ -117,7 +127,7 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
             at.number()?,
         ),
         Command::Down { at, timeout } => down(at.number()?, Duration::from_secs(timeout)),
-        Command::List => list(),
+        Command::List { output } => list(output),
         Command::Status { at, output } => super::lab_inspect::status(at.number()?, output),
         Command::Logs { at, out } => super::lab_inspect::logs(at.number()?, out),
         Command::Kubeconfig { at } => kubeconfig(at.number()?),
@@ -369,30 +379,66 @@ fn down(number: u8, timeout: Duration) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn list() -> anyhow::Result<ExitCode> {
-    let labs = owner::known_labs();
+/// One lab as `harness lab list` shows it.
+#[derive(Debug, serde::Serialize)]
+struct LabListing {
+    name: String,
+    owner_pid: Option<i32>,
+    owner_alive: bool,
+    owner_command: Option<String>,
+    /// Why the lab is stale (the next lab to start sweeps it); `None`: it runs.
+    stale: Option<String>,
+    vms: Vec<String>,
+}
+
+fn list(output: super::output::Output) -> anyhow::Result<ExitCode> {
+    let labs: Vec<LabListing> = owner::known_labs()
+        .into_iter()
+        .map(|name| {
+            let owner = owner::read_owner(&name);
+            let alive = owner.as_ref().is_some_and(|o| o.is_alive());
+            let stale = match &owner {
+                Some(_) if alive => None,
+                Some(o) => Some(format!("owner {} is gone", o.pid)),
+                None => Some("no owner file".to_string()),
+            };
+            let vms = std::fs::read_dir(owner::run_dir(&name).join("vms"))
+                .map(|rd| {
+                    rd.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                        .filter(|vm| RunDir::new(&name, vm).running_pid().is_some())
+                        .collect()
+                })
+                .unwrap_or_default();
+            LabListing {
+                owner_pid: owner.as_ref().map(|o| o.pid),
+                owner_alive: alive,
+                owner_command: owner.as_ref().filter(|_| alive).map(|o| netns::cmdline(o.pid)),
+                stale,
+                vms,
+                name,
+            }
+        })
+        .collect();
+    if output == super::output::Output::Json {
+        println!("{}", serde_json::to_string_pretty(&labs)?);
+        return Ok(ExitCode::SUCCESS);
+    }
     if labs.is_empty() {
         println!("no labs");
     }
-    for name in labs {
-        let state = match owner::read_owner(&name) {
-            Some(o) if o.is_alive() => format!("owner {} ({})", o.pid, netns::cmdline(o.pid)),
-            Some(o) => format!("STALE: owner {} is gone (the next lab to start sweeps it)", o.pid),
-            None => "STALE: no owner file".to_string(),
+    for lab in labs {
+        let state = match (&lab.stale, lab.owner_pid) {
+            (None, Some(pid)) => format!("owner {pid} ({})", lab.owner_command.unwrap_or_default()),
+            (Some(why), _) => format!("STALE: {why} (the next lab to start sweeps it)"),
+            (None, None) => unreachable!("a lab without an owner is stale"),
         };
-        let vms: Vec<String> = std::fs::read_dir(owner::run_dir(&name).join("vms"))
-            .map(|rd| {
-                rd.filter_map(|e| e.ok()?.file_name().into_string().ok())
-                    .filter(|vm| RunDir::new(&name, vm).running_pid().is_some())
-                    .collect()
-            })
-            .unwrap_or_default();
         println!(
-            "{name}: {state}; VMs: {}",
-            if vms.is_empty() {
+            "{}: {state}; VMs: {}",
+            lab.name,
+            if lab.vms.is_empty() {
                 "none".into()
             } else {
-                vms.join(", ")
+                lab.vms.join(", ")
             }
         );
     }

@@ -4,17 +4,13 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::inspect::{LabView, logs, status};
+use crate::inspect::{LabView, health, logs, status};
 use anyhow::Context;
 
-/// `--output` of `harness lab status`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Output {
-    Text,
-    Json,
-}
+use super::output::Output;
 
-/// Prints the lab's status (exit 0 once it could be gathered; the facts say what is wrong).
+/// Prints the lab's status; exits 0 when it is healthy, 1 when something is wrong (each thing
+/// named on stderr, `crate::inspect::health`), and fails when the lab does not run.
 pub fn status(number: u8, output: Output) -> anyhow::Result<ExitCode> {
     let view = LabView::open(number)?;
     let status = status::collect(&view);
@@ -22,7 +18,15 @@ pub fn status(number: u8, output: Output) -> anyhow::Result<ExitCode> {
         Output::Text => print!("{}", status::render_text(&status)),
         Output::Json => println!("{}", serde_json::to_string_pretty(&status)?),
     }
-    Ok(ExitCode::SUCCESS)
+    let problems = health::problems(&status);
+    if problems.is_empty() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    eprintln!("{} is not healthy:", status.lab);
+    for problem in &problems {
+        eprintln!("  {problem}");
+    }
+    Ok(ExitCode::FAILURE)
 }
 
 /// Collects the lab's logs into `out` (default under `$LAB_ARTIFACTS_DIR/lab-logs/`) and prints

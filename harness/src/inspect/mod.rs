@@ -6,6 +6,7 @@
 //! * [`status`]: each VM's Node, slot, `localdns.service` and listeners, as text or JSON;
 //! * [`logs`]: everything a bug report needs in one directory, with an index.
 
+pub mod health;
 pub mod logs;
 pub mod status;
 pub mod view;

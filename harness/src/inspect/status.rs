@@ -136,7 +136,7 @@ pub struct OwnerStatus {
 pub struct LogPlaces {
     /// The lab's DNS and HTTP logs.
     pub lab: Option<String>,
-    /// The control plane's (`etcd.log`, `kube-apiserver.log`, ...).
+    /// The cluster's on the host (`kind-create.log`).
     pub control_plane: Option<String>,
 }
 
@@ -464,7 +464,7 @@ pub fn render_text(status: &LabStatus) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     const GUEST_OUTPUT: &str = "@@install-state@@\n{\n  \"schema\": 1,\n  \"slot\": \"kube1\",\n  \"stage\": \"complete\"\n}\n\
@@ -569,7 +569,8 @@ mod tests {
         assert!(!node.registered && !node.ready, "{node:?}");
     }
 
-    fn a_status() -> LabStatus {
+    /// A lab with one joined node whose cluster listener does not answer.
+    pub(crate) fn a_status() -> LabStatus {
         let mut vm = a_vm();
         apply_guest(&mut vm, GUEST_OUTPUT);
         LabStatus {
