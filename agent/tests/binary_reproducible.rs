@@ -4,13 +4,25 @@
 
 use std::path::Path;
 
+/// The agent binary cargo built for these tests.
+fn binary() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_unbounded-agent"))
+}
+
+/// The workspace holding `agent/`.
+fn workspace() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("agent/ has a parent: the workspace")
+}
+
+fn binary_bytes() -> Vec<u8> {
+    std::fs::read(binary()).unwrap_or_else(|e| panic!("reading {}: {e}", binary().display()))
+}
+
 #[test]
 fn the_agent_binary_holds_no_path_of_the_checkout() {
-    let binary = Path::new(env!("CARGO_BIN_EXE_unbounded-agent"));
-    let checkout = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("agent/ has a parent: the workspace");
-    let bytes = std::fs::read(binary).unwrap_or_else(|e| panic!("reading {}: {e}", binary.display()));
+    let (binary, checkout, bytes) = (binary(), workspace(), binary_bytes());
     let needle = checkout.to_string_lossy();
     let needle_bytes = needle.as_bytes();
     if let Some(at) = bytes.windows(needle_bytes.len()).position(|w| w == needle_bytes) {
@@ -29,18 +41,15 @@ fn the_agent_binary_holds_no_path_of_the_checkout() {
 /// before it deploys the binary.
 #[test]
 fn the_agent_binary_carries_the_digest_of_the_workspaces_agent_sources() {
-    let binary = Path::new(env!("CARGO_BIN_EXE_unbounded-agent"));
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("agent/ has a parent: the workspace");
-    let want = agent::source_digest::compute(workspace).expect("the workspace's agent sources");
-    let bytes = std::fs::read(binary).unwrap_or_else(|e| panic!("reading {}: {e}", binary.display()));
+    let binary = binary();
+    let want = agent::source_digest::compute(workspace()).expect("the workspace's agent sources");
+    let bytes = binary_bytes();
     assert_eq!(
         agent::source_digest::find_embedded(&bytes).as_deref(),
         Some(want.as_str()),
         "{} does not embed the digest of {}'s agent sources",
         binary.display(),
-        workspace.display()
+        workspace().display()
     );
     let out = std::process::Command::new(binary)
         .arg("--version")
