@@ -1,7 +1,17 @@
 #!/usr/bin/env bash
 # Installs what the project needs on a Debian 12 machine, idempotently: Debian packages
 # (QEMU, mmdebstrap, nftables, ...), a pinned cargo-nextest and actionlint. It does not
-# install the two toolchains; it checks them first and stops naming what is missing:
+# install the two toolchains; it checks them first and stops naming what is missing.
+#
+#   scripts/setup.sh [--for all|lint|archive|run]
+#
+# Each stage of scripts/test.sh asks only for what it uses (PR CI's lint job has no Go):
+#   lint     Rust with rustfmt and clippy
+#   archive  that, root, Go, the Debian packages and cargo-nextest (build, images, the archive)
+#   run      that and actionlint (the tests; one of them lints the workflow)
+#   all      everything (the default; what scripts/test.sh without --stage runs)
+#
+# What it checks:
 #   * Rust >= the workspace's rust-version (Cargo.toml; edition 2024), cargo on PATH
 #     (rustup's ~/.cargo/bin is added by env.sh);
 #   * Go >= 1.21, as /usr/local/go/bin/go or on PATH; best the version the recipes in images/
@@ -12,10 +22,17 @@ source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 
 fail() { echo "setup: $*" >&2; exit 1; }
 
+want=all
+if [[ "${1:-}" == "--for" ]]; then
+  want="${2:?--for needs all, lint, archive or run}"
+  case "$want" in
+    all | lint | archive | run) ;;
+    *) fail "unknown stage '$want' (all, lint, archive or run)" ;;
+  esac
+fi
+
 # "1.89" <= "1.95.0"?
 version_at_least() { [[ "$(printf '%s\n%s\n' "$1" "$2" | sort -V | head -n1)" == "$1" ]]; }
-
-[[ $EUID -eq 0 ]] || fail "must run as root (it installs Debian packages; the lab needs root too)"
 
 RUST_MIN=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' "$REPO_ROOT/Cargo.toml")
 { command -v cargo >/dev/null && command -v rustc >/dev/null; } ||
@@ -32,6 +49,10 @@ for component in rustfmt clippy; do
 (installed components: ${rustup_components//$'\n'/ })"
   fi
 done
+
+[[ "$want" == lint ]] && exit 0
+
+[[ $EUID -eq 0 ]] || fail "must run as root (it installs Debian packages; the lab needs root too)"
 
 GO_WANT=$(sed -n 's/^GO_TOOLCHAIN=go//p' "$REPO_ROOT/images/coredns/recipe.env")
 GO_MIN=1.21
@@ -79,6 +100,8 @@ if ! cargo nextest --version 2>/dev/null | grep -q "cargo-nextest $NEXTEST_VERSI
   CARGO_PROFILE_DEV_DEBUG=false cargo install --locked --debug --no-default-features \
     "cargo-nextest@$NEXTEST_VERSION"
 fi
+
+[[ "$want" == archive ]] && exit 0
 
 # actionlint, for the test that lints .github/workflows/ (built from its Go module).
 "$(dirname "${BASH_SOURCE[0]}")/install-actionlint.sh"

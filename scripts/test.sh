@@ -37,7 +37,7 @@ if [[ "${1:-}" == "--stage" ]]; then
 fi
 
 stage "setup"
-scripts/setup.sh
+scripts/setup.sh --for "$mode"
 
 if [[ "$mode" == all || "$mode" == lint ]]; then
   stage "format"

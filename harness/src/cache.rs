@@ -94,7 +94,7 @@ pub struct CacheEntry {
 impl Cache {
     /// The cache at its configured location (see module docs), created if missing.
     pub fn open() -> Result<Cache, CacheError> {
-        Cache::at(default_root()?)
+        Cache::at(configured_root()?)
     }
 
     /// A cache rooted at `root` (tests use a temporary directory).
@@ -209,7 +209,9 @@ impl Cache {
     }
 }
 
-fn default_root() -> Result<PathBuf, CacheError> {
+/// Where the lab cache is: `$LAB_CACHE_DIR`, else `$XDG_CACHE_HOME/unbounded-lab`, else
+/// `~/.cache/unbounded-lab`.
+pub fn configured_root() -> Result<PathBuf, CacheError> {
     if let Some(dir) = std::env::var_os("LAB_CACHE_DIR").filter(|v| !v.is_empty()) {
         return Ok(PathBuf::from(dir));
     }

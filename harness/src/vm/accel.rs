@@ -1,4 +1,5 @@
-//! The accelerator choice: KVM only when it really works, TCG otherwise; `LAB_ACCEL` forces either.
+//! The accelerator choice: KVM only when it really works (a probe boot decides), TCG otherwise;
+//! `LAB_ACCEL` forces either.
 
 use std::fmt;
 
@@ -56,27 +57,17 @@ impl Accel {
         }
     }
 
-    /// Detects on this host from `/dev/kvm` and `/proc/cpuinfo`.
+    /// Detects on this host: where `/dev/kvm` opens read-write, a probe boot decides
+    /// ([`super::accel_probe`]: on nested hosts `/dev/kvm` can exist while KVM fails or hangs);
+    /// TCG otherwise.
     pub fn detect() -> Accel {
-        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-        let kvm_usable = std::fs::OpenOptions::new()
+        let kvm_device_opens = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .open("/dev/kvm")
             .is_ok();
-        Accel::detect_from(kvm_usable, &cpuinfo)
-    }
-
-    /// KVM only when `/dev/kvm` opens read-write AND the CPU flags show `vmx` or `svm`:
-    /// on nested hosts `/dev/kvm` can exist while KVM hangs, and those show neither flag.
-    pub fn detect_from(kvm_device_opens: bool, cpuinfo: &str) -> Accel {
-        let has_virt_flag = cpuinfo
-            .lines()
-            .filter(|l| l.starts_with("flags"))
-            .flat_map(|l| l.split_once(':').map(|(_, f)| f).unwrap_or("").split_whitespace())
-            .any(|f| f == "vmx" || f == "svm");
-        if kvm_device_opens && has_virt_flag {
-            Accel::Kvm
+        if kvm_device_opens {
+            super::accel_probe::decide_with_kvm_device()
         } else {
             Accel::Tcg
         }
@@ -103,18 +94,6 @@ impl fmt::Display for Accel {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const WITH_VMX: &str = "processor\t: 0\nflags\t\t: fpu vme de pse vmx sse\n";
-    const NO_VIRT: &str = "processor\t: 0\nflags\t\t: fpu vme de pse hypervisor sse\n";
-
-    #[test]
-    fn kvm_needs_both_the_device_and_a_virtualisation_flag() {
-        assert_eq!(Accel::detect_from(true, WITH_VMX), Accel::Kvm);
-        assert_eq!(Accel::detect_from(true, NO_VIRT), Accel::Tcg);
-        assert_eq!(Accel::detect_from(false, WITH_VMX), Accel::Tcg);
-        assert_eq!(Accel::detect_from(true, "flags : svm\n"), Accel::Kvm);
-        assert_eq!(Accel::detect_from(true, "flags : vmxfoo\n"), Accel::Tcg);
-    }
 
     #[test]
     fn parse_accepts_kvm_and_tcg_and_names_bad_values() {

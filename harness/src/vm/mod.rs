@@ -54,6 +54,7 @@
 //!   run directory after drop.
 
 pub mod accel;
+pub mod accel_probe;
 pub mod bulk;
 pub mod console;
 pub mod deadline;

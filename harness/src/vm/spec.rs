@@ -10,6 +10,9 @@ use crate::images::host::HostImage;
 
 /// The files a VM boots from: a read-only base disk (a bare ext4 filesystem: `root=/dev/vda`)
 /// used as the backing file of the VM's own overlay, and a kernel and initrd for direct boot.
+/// vCPUs of a lab VM unless its spec says otherwise.
+pub const DEFAULT_CPUS: u32 = 2;
+
 #[derive(Clone, Debug)]
 pub struct BootImage {
     pub disk: PathBuf,
@@ -150,7 +153,7 @@ impl VmSpec {
             lab: lab.into(),
             image,
             memory_mib: 2048,
-            cpus: 2,
+            cpus: DEFAULT_CPUS,
             net: Net::User,
             share: None,
             netns: None,

@@ -321,20 +321,25 @@ fn input(path: &Path, e: impl std::fmt::Display) -> StateError {
     }
 }
 
-/// A file's identity: canonical path, size, mtime (ns), inode and device. A rebuilt file
-/// (even with the same bytes) gets a new one; an unchanged file keeps it.
+/// A file's identity: its path, size and mtime (whole seconds). Inside the lab cache the path is
+/// relative to the cache's root and outside it canonical, so a cache restored under another root
+/// (CI restores `~/.cache/unbounded-lab` into each job) keeps its saved states; tar keeps mtimes
+/// to the second. A rebuilt file gets a new identity, an unchanged or restored one keeps it. Inode
+/// and device are left out: a restored file never has the old ones.
 pub fn fingerprint(path: &Path) -> Result<String, StateError> {
+    fingerprint_under(path, crate::cache::configured_root().ok().as_deref())
+}
+
+/// [`fingerprint`] with the lab cache at `cache_root`.
+pub fn fingerprint_under(path: &Path, cache_root: Option<&Path>) -> Result<String, StateError> {
     let meta = fs::metadata(path).map_err(|e| input(path, e))?;
     let canonical = fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-    Ok(format!(
-        "{} size={} mtime={}.{:09} ino={} dev={}",
-        canonical.display(),
-        meta.len(),
-        meta.mtime(),
-        meta.mtime_nsec(),
-        meta.ino(),
-        meta.dev()
-    ))
+    let root = cache_root.map(|root| fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf()));
+    let shown = match root.as_deref().and_then(|root| canonical.strip_prefix(root).ok()) {
+        Some(relative) => format!("<lab cache>/{}", relative.display()),
+        None => canonical.display().to_string(),
+    };
+    Ok(format!("{shown} size={} mtime={}", meta.len(), meta.mtime()))
 }
 
 /// QEMU's version line, its binary's fingerprint, and the fingerprints of its firmware
@@ -373,4 +378,69 @@ fn which(program: &str) -> Option<PathBuf> {
         .split(':')
         .map(|dir| Path::new(dir).join(program))
         .find(|p| p.is_file())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use super::*;
+
+    fn file_at(dir: &Path, relative: &str, bytes: &[u8], mtime: SystemTime) -> PathBuf {
+        let path = dir.join(relative);
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(&path, bytes).unwrap();
+        fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(mtime)
+            .unwrap();
+        path
+    }
+
+    #[test]
+    fn a_file_restored_under_another_cache_root_keeps_its_identity() {
+        let (first, second) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let mtime = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let built = file_at(first.path(), "host-image/abc/disk.qcow2", b"disk", mtime);
+        let restored = file_at(second.path(), "host-image/abc/disk.qcow2", b"disk", mtime);
+        let before = fingerprint_under(&built, Some(first.path())).unwrap();
+        let after = fingerprint_under(&restored, Some(second.path())).unwrap();
+        assert_eq!(before, after);
+        assert!(
+            before.starts_with("<lab cache>/host-image/abc/disk.qcow2 "),
+            "{before}"
+        );
+    }
+
+    #[test]
+    fn a_rebuilt_file_or_one_outside_the_cache_has_another_identity() {
+        let (cache, elsewhere) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let mtime = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let path = file_at(cache.path(), "kernel/k/vmlinuz", b"kernel", mtime);
+        let before = fingerprint_under(&path, Some(cache.path())).unwrap();
+        file_at(
+            cache.path(),
+            "kernel/k/vmlinuz",
+            b"kernel",
+            mtime + Duration::from_secs(5),
+        );
+        assert_ne!(
+            before,
+            fingerprint_under(&path, Some(cache.path())).unwrap(),
+            "a new mtime"
+        );
+        file_at(cache.path(), "kernel/k/vmlinuz", b"kernel, longer", mtime);
+        assert_ne!(
+            before,
+            fingerprint_under(&path, Some(cache.path())).unwrap(),
+            "a new size"
+        );
+        let outside = fingerprint_under(&path, Some(elsewhere.path())).unwrap();
+        assert!(
+            outside.starts_with(&fs::canonicalize(&path).unwrap().display().to_string()),
+            "{outside}"
+        );
+    }
 }
