@@ -17,6 +17,7 @@ pub mod machina;
 pub mod machine;
 pub mod manual_bootstrap;
 pub mod names;
+pub mod node_status;
 pub mod paths;
 pub mod preflight;
 pub mod progress;

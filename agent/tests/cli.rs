@@ -110,6 +110,30 @@ fn validate_exits_2_with_one_line_per_problem() {
 }
 
 #[test]
+fn validate_output_json_gives_each_problem_its_path_and_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = defaults_with(
+        dir.path(),
+        serde_json::json!({"LocalDNS": {"NodeListenerIP": "127.0.0.1"}}),
+    );
+    let out = agent(&["validate", "--config", &config, "--output", "json"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["valid"], false);
+    assert_eq!(report["problems"][0]["path"], "LocalDNS.NodeListenerIP");
+    assert_eq!(
+        report["problems"][0]["message"],
+        "127.0.0.1 is a loopback address"
+    );
+
+    let (valid, _) = case_files(dir.path(), "defaults");
+    let out = agent(&["validate", "--config", &valid, "--output", "json"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report, serde_json::json!({"valid": true, "problems": []}));
+}
+
+#[test]
 fn validate_exits_2_naming_an_http_offline_source_that_start_would_refuse() {
     let dir = tempfile::tempdir().unwrap();
     let config = defaults_with(

@@ -100,6 +100,29 @@ fn reset_dry_run_lists_what_it_would_remove_and_reset_removes_it_once() {
         assert!(t.contains(p), "dry run does not name {p}:\n{t}");
     }
     assert_eq!(files(root.path()), before, "the dry run changed something");
+    let json = agent(root.path(), &["reset", "--dry-run", "--output", "json"]);
+    assert!(json.status.success(), "{}", text(&json));
+    let plan: serde_json::Value = serde_json::from_slice(&json.stdout)
+        .unwrap_or_else(|e| panic!("not one JSON document ({e}):\n{}", text(&json)));
+    assert_eq!(plan["dryRun"], true);
+    let listed: Vec<&str> = plan["wouldRemove"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v.as_str())
+        .collect();
+    assert!(
+        listed.iter().any(|item| item.contains("install-state.json")),
+        "{listed:?}"
+    );
+    assert_eq!(files(root.path()), before, "the JSON dry run changed something");
+    let refused = agent(root.path(), &["reset", "--output", "json"]);
+    assert_eq!(
+        refused.status.code(),
+        Some(2),
+        "--output without --dry-run is a usage error: {}",
+        text(&refused)
+    );
 
     let out = agent(root.path(), &["reset"]);
     assert!(out.status.success(), "{}", text(&out));
@@ -115,6 +138,33 @@ fn reset_dry_run_lists_what_it_would_remove_and_reset_removes_it_once() {
         text(&again).contains("nothing of the agent's was on this host"),
         "{}",
         text(&again)
+    );
+}
+
+#[test]
+fn status_without_a_node_says_so_and_exits_1_and_names_an_interrupted_operation() {
+    let root = tempfile::tempdir().unwrap();
+    let out = agent(root.path(), &["status"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("no node is installed here"), "{}", text(&out));
+
+    let state = root.path().join("var/lib/unbounded/agent/install-state.json");
+    std::fs::create_dir_all(state.parent().unwrap()).unwrap();
+    std::fs::write(
+        &state,
+        r#"{"schema":2,"slot":"kube1","stage":"complete","configSha256":"abc",
+            "operation":{"kind":"reboot","step":"stop-node","configSha256":"abc"}}"#,
+    )
+    .unwrap();
+    let out = agent(root.path(), &["status", "--output", "json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(status["install"]["slot"], "kube1");
+    assert_eq!(status["install"]["operationUnderWay"]["kind"], "reboot");
+    let problems = status["problems"].to_string();
+    assert!(
+        problems.contains("unbounded-agent reboot") && problems.contains("stop-node"),
+        "{problems}"
     );
 }
 

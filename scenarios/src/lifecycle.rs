@@ -40,6 +40,47 @@ pub fn agent(node: &JoinedNode, args: &str) -> anyhow::Result<String> {
     Ok(text)
 }
 
+/// `unbounded-agent status --output json` on the node: it must exit 0 (installed, nothing under
+/// way, LocalDNS serving on both listeners), name `operation` as the last one finished and
+/// `slot` as the active machine. Returns the report.
+pub fn ensure_status_after(
+    node: &JoinedNode,
+    operation: &str,
+    slot: &str,
+) -> anyhow::Result<serde_json::Value> {
+    let text = agent(node, "status --output json")?;
+    let status: serde_json::Value = serde_json::from_str(&text)
+        .with_context(|| format!("`unbounded-agent status --output json` printed:\n{text}"))?;
+    ensure!(
+        status["problems"].as_array().is_some_and(|p| p.is_empty()),
+        "status names problems: {}",
+        status["problems"]
+    );
+    ensure!(
+        status["install"]["slot"] == slot && status["install"]["stage"] == "complete",
+        "status: {}",
+        status["install"]
+    );
+    ensure!(
+        status["install"]["lastOperation"]["kind"] == operation,
+        "status's last operation is not {operation}: {}",
+        status["install"]
+    );
+    let listeners = status["localDns"]["listeners"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    ensure!(
+        listeners.len() == 2
+            && listeners
+                .iter()
+                .all(|l| l["readyError"].is_null() && l["dnsError"].is_null()),
+        "status: LocalDNS is not serving on both listeners: {}",
+        status["localDns"]
+    );
+    Ok(status)
+}
+
 /// How [`kill_agent_in_or_see_it_finish`] ended.
 #[derive(Debug)]
 pub enum Killed {

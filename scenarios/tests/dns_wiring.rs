@@ -49,6 +49,8 @@ fn dns_wiring(node: &mut JoinedNode) -> anyhow::Result<()> {
         machine == "kube1",
         "a first install runs in slot kube1, not {machine}"
     );
+    // `unbounded-agent status` agrees: installed by `start`, LocalDNS serving on both listeners.
+    scenarios::lifecycle::ensure_status_after(node, "start", "kube1")?;
 
     let host = String::from_utf8(node.vm.read_file("/etc/resolv.conf")?)?;
     let host = ResolvConf::parse(&host);

@@ -23,8 +23,8 @@ use scenarios::host_state::{
 };
 use scenarios::lifecycle::{
     HostListing, Killed, RestartPolicy, agent, ensure_localdns_ready_before_kubelet, ensure_sleeper_survived,
-    kill_agent_in, kill_agent_in_any_or_see_it_finish, kill_agent_in_or_see_it_finish, node_boot_id,
-    run_case_listing_the_host_first, start_sleeper, wait_new_boot_id,
+    ensure_status_after, kill_agent_in, kill_agent_in_any_or_see_it_finish, kill_agent_in_or_see_it_finish,
+    node_boot_id, run_case_listing_the_host_first, start_sleeper, wait_new_boot_id,
 };
 use scenarios::listener_probe::ListenerProbe;
 use scenarios::node::JoinedNode;
@@ -182,6 +182,7 @@ fn managed_reboot(node: &mut JoinedNode) -> anyhow::Result<()> {
     eprintln!("==> managed reboot: bootID {old} -> {new}");
     node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
     ensure_localdns_ready_before_kubelet(&node.vm, "kube1")?;
+    ensure_status_after(node, "reboot", "kube1")?;
     a_cluster_first_pod_resolves_the_kubernetes_service_through(node, CLUSTER_LISTENER)
 }
 

@@ -52,12 +52,15 @@ pub struct RepaveArgs {
     pub common: Common,
 }
 
-/// `reset [--dry-run]`.
+/// `reset [--dry-run [--output json]]`.
 #[derive(clap::Args)]
 pub struct ResetArgs {
     /// Print what would be removed; change nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// With `--dry-run`, `json`: `{"dryRun": true, "wouldRemove": [...]}` on stdout alone.
+    #[arg(long, value_enum, default_value_t = super::output::Output::Text, requires = "dry_run")]
+    pub output: super::output::Output,
     #[command(flatten)]
     pub common: Common,
 }
@@ -114,5 +117,14 @@ pub fn repave(args: RepaveArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub fn reset(args: ResetArgs) -> anyhow::Result<ExitCode> {
+    if args.output == super::output::Output::Json {
+        let silent = |_: &str| {};
+        let outcome = crate::lifecycle::run(Operation::Reset, &options(None, args.common, true), &silent)?;
+        let Outcome::ResetPlan(would_remove) = outcome else {
+            anyhow::bail!("reset --dry-run changed something: {outcome:?}");
+        };
+        super::output::print_json(&serde_json::json!({ "dryRun": true, "wouldRemove": would_remove }))?;
+        return Ok(ExitCode::SUCCESS);
+    }
     run_op(Operation::Reset, options(None, args.common, args.dry_run))
 }

@@ -6,9 +6,11 @@ pub mod crds;
 pub mod daemon;
 pub mod lifecycle;
 pub mod localdns;
+pub mod output;
 pub mod preflight;
 pub mod render;
 pub mod start;
+pub mod status;
 pub mod validate;
 
 #[cfg(test)]
@@ -66,6 +68,8 @@ pub enum Command {
     Reset(lifecycle::ResetArgs),
     /// Act on this host's Machine through the Machina API: run its MachineOperations.
     Daemon(daemon::Args),
+    /// The node on this host: install, operations, LocalDNS on both listeners; exit 1 on a problem.
+    Status(status::Args),
 }
 
 impl Cli {
@@ -73,6 +77,7 @@ impl Cli {
     pub fn run(self) -> anyhow::Result<ExitCode> {
         match self.command {
             Command::Validate(args) => validate::run(args),
+            Command::Status(args) => status::run(args),
             Command::Render(args) => render::run(args),
             Command::Preflight(args) => preflight::run(args),
             Command::Crds(args) => crds::run(args),

@@ -13,6 +13,22 @@ pub struct Args {
     /// The agent config JSON.
     #[arg(long)]
     pub config: PathBuf,
+    /// `json`: `{"valid": bool, "problems": [{"path", "message"}]}` on stdout.
+    #[arg(long, value_enum, default_value_t = super::output::Output::Text)]
+    pub output: super::output::Output,
+}
+
+/// What `--output json` prints.
+#[derive(serde::Serialize)]
+struct Report<'a> {
+    valid: bool,
+    problems: Vec<ProblemJson<'a>>,
+}
+
+#[derive(serde::Serialize)]
+struct ProblemJson<'a> {
+    path: &'a str,
+    message: &'a str,
 }
 
 /// Reads and validates a config file; `Ok(Err(problems))` for an invalid one.
@@ -25,13 +41,30 @@ pub fn load(
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    match load(&args.config)? {
-        Ok(_) => Ok(ExitCode::SUCCESS),
-        Err(problems) => {
-            for p in problems.iter() {
-                println!("{p}");
-            }
-            Ok(ExitCode::from(INVALID))
+    let result = load(&args.config)?;
+    if args.output == super::output::Output::Json {
+        let problems = match &result {
+            Ok(_) => Vec::new(),
+            Err(problems) => problems
+                .iter()
+                .map(|p| ProblemJson {
+                    path: &p.path,
+                    message: &p.message,
+                })
+                .collect(),
+        };
+        super::output::print_json(&Report {
+            valid: result.is_ok(),
+            problems,
+        })?;
+    } else if let Err(problems) = &result {
+        for p in problems.iter() {
+            println!("{p}");
         }
     }
+    Ok(if result.is_ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(INVALID)
+    })
 }

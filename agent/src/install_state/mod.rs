@@ -63,6 +63,17 @@ pub struct OperationRecord {
     pub config_sha256: String,
 }
 
+/// The last lifecycle operation that ran to its end (`start`, `reboot`, `apply`, `repave`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FinishedOperation {
+    pub kind: String,
+    /// Unix time (seconds) it finished.
+    pub finished_at: u64,
+    /// The slot the node ran in after it.
+    pub slot: Slot,
+}
+
 /// The record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -80,6 +91,9 @@ pub struct InstallState {
     /// The lifecycle operation under way, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operation: Option<OperationRecord>,
+    /// The last operation that finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_operation: Option<FinishedOperation>,
 }
 
 impl InstallState {
@@ -92,6 +106,7 @@ impl InstallState {
             config_sha256: config_sha256.to_owned(),
             manifest: Manifest::default(),
             operation: None,
+            last_operation: None,
         }
     }
 }

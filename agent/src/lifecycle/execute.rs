@@ -10,7 +10,7 @@ use super::observe::{LoadedConfig, Observation};
 use super::plan::{Operation, Step};
 use super::progress::Progress;
 use super::repave_state::{self, RepaveState};
-use super::state::{self, InstallState, OperationRecord, Stage};
+use super::state::{self, FinishedOperation, InstallState, OperationRecord, Stage};
 use super::{Options, reconfigure, repave};
 use crate::artifact::{FetchOptions, Fetcher, checksum};
 use crate::files::{under, write_atomic};
@@ -207,12 +207,21 @@ impl<'a> Executor<'a> {
         Ok(())
     }
 
-    /// Clears the operation record; returns the slot the node runs in.
-    pub fn finish(mut self) -> Result<Slot, LifecycleError> {
+    /// Clears the operation record and, when the operation `changed` the node (more than making
+    /// sure it runs), records it as the last one finished; returns the slot the node runs in.
+    pub fn finish(mut self, changed: bool) -> Result<Slot, LifecycleError> {
         if let Some(mut s) = self.state.clone()
-            && s.operation.is_some()
+            && (changed || s.operation.is_some())
         {
             s.operation = None;
+            s.last_operation = Some(FinishedOperation {
+                kind: self.op.name().into(),
+                finished_at: std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs())
+                    .unwrap_or(0),
+                slot: self.slot,
+            });
             self.save_state(s)?;
         }
         Ok(self.slot)

@@ -113,8 +113,9 @@ pub fn run(op: Operation, options: &Options, progress: &dyn Progress) -> Result<
     for step in &steps {
         exec.run_step(*step)?;
     }
-    let slot = exec.finish()?;
-    if steps == [plan::Step::EnsureRunning] {
+    let only_ensured_running = steps == [plan::Step::EnsureRunning];
+    let slot = exec.finish(!only_ensured_running)?;
+    if only_ensured_running {
         return Ok(Outcome::Unchanged {
             operation: op.name(),
             slot,
