@@ -153,6 +153,60 @@ fn vm_runs_commands_copies_files_reboots_resets_and_powers_off() {
         "{}",
         String::from_utf8_lossy(&exec.stderr)
     );
+    // Its output comes as the command runs, and a command past `--timeout` names the flag.
+    let mut streaming = Command::new(env!("CARGO_BIN_EXE_harness"))
+        .args([
+            "vm",
+            "exec",
+            "lifecycle",
+            "--",
+            "echo first; sleep 12; echo second",
+        ])
+        .env("LAB_NAME", &lab)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first_line = String::new();
+    let mut reader = std::io::BufReader::new(streaming.stdout.take().unwrap());
+    std::io::BufRead::read_line(&mut reader, &mut first_line).unwrap();
+    assert_eq!(first_line, "first\n");
+    assert!(
+        streaming.try_wait().unwrap().is_none(),
+        "`first` came only once the command had ended: not streamed"
+    );
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut reader, &mut rest).unwrap();
+    assert_eq!(rest, "second\n");
+    assert!(streaming.wait().unwrap().success());
+    let late = harness_cli(&lab, &["exec", "lifecycle", "--timeout", "3", "--", "sleep 30"]);
+    let said = String::from_utf8_lossy(&late.stderr);
+    assert!(
+        !late.status.success() && said.contains("--timeout SECONDS"),
+        "{said}"
+    );
+
+    // A directory out of the VM and back in with `cp -r`.
+    let tree = tmp.path().join("tree");
+    let out = harness_cli(
+        &lab,
+        &["cp", "-r", "lifecycle:/etc/systemd", tree.to_str().unwrap()],
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        tree.join("system.conf").is_file(),
+        "cp -r made {} the copy itself",
+        tree.display()
+    );
+    std::fs::write(tree.join("added.txt"), "from the host\n").unwrap();
+    let out = harness_cli(&lab, &["cp", "-r", tree.to_str().unwrap(), "lifecycle:/root"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(vm.run("cat /root/tree/added.txt").unwrap(), "from the host\n");
+    assert!(
+        vm.run("test -f /root/tree/system.conf && echo yes")
+            .unwrap()
+            .contains("yes")
+    );
+
     let cli_out = tmp.path().join("cli-out");
     let cp = harness_cli(
         &lab,

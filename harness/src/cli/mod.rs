@@ -12,6 +12,7 @@ pub mod lab_inspect;
 pub mod lab_kubectl;
 pub mod output;
 pub mod vm;
+pub mod vm_copy_tree;
 
 #[cfg(test)]
 mod help;

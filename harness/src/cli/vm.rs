@@ -15,9 +15,10 @@ use super::lab_arg::LabArg;
 
 #[derive(clap::Subcommand)]
 pub enum Command {
-    /// Run a command in a VM, print its output and exit with its status.
+    /// Run a command in a VM, print its output as it runs and exit with its status.
     ///
-    /// One argument runs through `/bin/sh -c` (pipes, globs); several run as they are.
+    /// One argument runs through `/bin/sh -c` (pipes, globs); several run as they are. Its
+    /// stdout and stderr come out together on stdout, line by line, every 2 s or so.
     /// Example: `harness vm exec localdns -- systemctl status unbounded-localdns-network`.
     Exec {
         /// The VM's name (e.g. `localdns`).
@@ -33,8 +34,13 @@ pub enum Command {
     },
     /// Copy a file into or out of a VM: `cp PATH NAME:/PATH` or `cp NAME:/PATH PATH`.
     ///
-    /// Copies in keep the file's permission bits and replace the target atomically.
+    /// Copies in keep the file's permission bits and replace the target atomically. With `-r`, a
+    /// directory: the target is created as its copy, or, when it is a directory already, the
+    /// copy goes inside it (as `cp -r` does).
     Cp {
+        /// Copy a directory and everything in it.
+        #[arg(short = 'r', long)]
+        recursive: bool,
         /// The source: a host path, or `NAME:/PATH` in VM `NAME`.
         from: String,
         /// The destination: a host path, or `NAME:/PATH` in VM `NAME`.
@@ -60,13 +66,24 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
             timeout,
             command,
         } => exec(&name, Some(&at.name()), timeout, command),
-        Command::Cp { from, to, at } => cp(&from, &to, Some(&at.name())),
+        Command::Cp {
+            from,
+            to,
+            at,
+            recursive: false,
+        } => cp(&from, &to, Some(&at.name())),
+        Command::Cp {
+            from,
+            to,
+            at,
+            recursive: true,
+        } => super::vm_copy_tree::copy_tree(&from, &to, &at.name()),
         Command::Shell { name, at } => shell(&name, Some(&at.name())),
     }
 }
 
 /// The agent of a running VM, with deadlines for the accelerator it was booted with.
-fn agent(name: &str, lab: Option<&str>) -> anyhow::Result<GuestAgent> {
+pub(super) fn agent(name: &str, lab: Option<&str>) -> anyhow::Result<GuestAgent> {
     let run = RunDir::find(name, lab)?;
     let accel = run
         .read_info()
@@ -88,16 +105,34 @@ fn exec(
         [one] => crate::vm::shell(one),
         _ => command,
     };
-    let timeout = timeout
+    let limit = timeout
         .map(Duration::from_secs)
         .unwrap_or(agent.deadlines().command);
-    let out = agent.exec(&argv, None, timeout, &|| None)?;
-    std::io::stdout().write_all(&out.stdout)?;
-    std::io::stderr().write_all(&out.stderr)?;
-    if out.truncated {
-        eprintln!("(output truncated by the guest agent)");
+    // The command writes its output to a file in the guest, shown as it grows.
+    let output = format!("/run/harness-vm-exec-{}.log", std::process::id());
+    let mut wrapped: Vec<String> = ["/bin/sh", "-c", &format!("exec \"$@\" >{output} 2>&1"), "sh"]
+        .map(String::from)
+        .to_vec();
+    wrapped.extend(argv.iter().cloned());
+    let result = crate::vm::stream::run_showing(&agent, &wrapped, limit, &output, &|line| println!("{line}"));
+    let _ = agent.exec(
+        &crate::vm::shell(&format!("rm -f {output}")),
+        None,
+        agent.deadlines().command,
+        &|| None,
+    );
+    match result {
+        Ok(out) => Ok(ExitCode::from(exit_byte(out.status))),
+        Err(crate::vm::VmError::Agent { source, .. })
+            if matches!(*source, crate::vm::qga::QgaError::Timeout { .. }) =>
+        {
+            bail!(
+                "{argv:?} in VM {name} was still running after {} s: give it longer with `--timeout SECONDS`",
+                limit.as_secs()
+            )
+        }
+        Err(err) => Err(err.into()),
     }
-    Ok(ExitCode::from(exit_byte(out.status)))
 }
 
 /// A guest status as this process's exit code: the code itself, or 128 + signal.
@@ -110,12 +145,12 @@ fn exit_byte(status: ExitKind) -> u8 {
 
 /// A `cp` operand: a host path or `NAME:/guest/path`.
 #[derive(Debug, PartialEq, Eq)]
-enum Place {
+pub(super) enum Place {
     Host(PathBuf),
     Guest { vm: String, path: String },
 }
 
-fn parse_place(text: &str) -> anyhow::Result<Place> {
+pub(super) fn parse_place(text: &str) -> anyhow::Result<Place> {
     if let Some((vm, path)) = text.split_once(':') {
         let is_vm = !vm.is_empty()
             && vm

@@ -24,7 +24,6 @@ pub mod offline;
 pub mod plan;
 pub mod ready;
 pub mod start;
-pub mod stream;
 
 use std::net::Ipv4Addr;
 use std::time::Duration;

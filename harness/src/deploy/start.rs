@@ -75,8 +75,8 @@ pub fn deploy_plan(vm: &Vm, plan: DeployPlan, agent: &Path, test: &str) -> Resul
     argv.extend(plan.start_argv());
     // `start`'s progress lines, shown as they are written (a spinner on a terminal).
     let step = crate::progress::Step::start(format!("`start` on node {node}"));
-    let out = super::stream::run_showing(
-        vm,
+    let out = crate::vm::stream::run_showing(
+        vm.agent(),
         &argv,
         limit + Duration::from_secs(60),
         GUEST_START_STDOUT,

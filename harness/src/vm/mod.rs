@@ -72,6 +72,7 @@ pub mod resume;
 pub mod rundir;
 pub mod spec;
 pub mod state;
+pub mod stream;
 
 pub use accel::Accel;
 pub use deadline::{Deadlines, WaitTimeout, wait_until};

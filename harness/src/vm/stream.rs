@@ -1,12 +1,12 @@
 //! A guest command run with the new lines of a guest file shown as they are written: `start`
-//! writes its progress (`start: ...` lines) to a file in the VM ([`super::evidence`]), and this
-//! tails it over the same guest agent session that waits for the command (the agent's socket
-//! takes one client at a time).
+//! writes its progress (`start: ...` lines) to a file in the VM (`crate::deploy::evidence`), and
+//! `harness vm exec` its command's output; this tails the file over the same guest agent session
+//! that waits for the command (the agent's socket takes one client at a time).
 
 use std::time::{Duration, Instant};
 
 use crate::vm::qga::{QgaError, Session};
-use crate::vm::{GuestOutput, Vm, VmError};
+use crate::vm::{GuestAgent, GuestOutput, VmError};
 
 /// How often the command's status is asked (one guest agent call: the command's end is seen at
 /// most this late).
@@ -42,27 +42,27 @@ impl LineTail {
     }
 }
 
-/// Runs `argv` in `vm` (at most `timeout`), calling `show` with each line appended to the guest
-/// file `file` while it runs; returns the command's output whatever its status.
+/// Runs `argv` through `agent` (at most `timeout`), calling `show` with each line appended to
+/// the guest file `file` while it runs; returns the command's output whatever its status.
 pub fn run_showing(
-    vm: &Vm,
+    agent: &GuestAgent,
     argv: &[String],
     timeout: Duration,
     file: &str,
     show: &dyn Fn(&str),
 ) -> Result<GuestOutput, VmError> {
     let agent_err = |source: QgaError| VmError::Agent {
-        vm: vm.name().to_string(),
+        vm: agent.vm().to_string(),
         source: Box::new(source),
     };
-    let mut session = vm.agent().session(&|| None)?;
+    let mut session = agent.session(&|| None)?;
     let started = Instant::now();
     let pid = session.spawn(argv, None, true).map_err(agent_err)?;
     let mut tail = LineTail::default();
     let mut read_at = started;
     loop {
         if let Some(out) = session.exec_status(pid).map_err(agent_err)? {
-            show_new_lines(vm, &mut session, &mut tail, file, show)?;
+            show_new_lines(agent, &mut session, &mut tail, file, show)?;
             if let Some(rest) = tail.rest() {
                 show(&rest);
             }
@@ -77,7 +77,7 @@ pub fn run_showing(
             }));
         }
         if read_at.elapsed() >= READ_EVERY {
-            show_new_lines(vm, &mut session, &mut tail, file, show)?;
+            show_new_lines(agent, &mut session, &mut tail, file, show)?;
             read_at = Instant::now();
         }
         std::thread::sleep(STATUS_EVERY.min(timeout.saturating_sub(started.elapsed())));
@@ -88,7 +88,7 @@ pub fn run_showing(
 /// guest agent reads the file itself: a `tail` every poll would start a process in the guest,
 /// under TCG a few tenths of a second of the emulated CPU `start` itself is using.
 fn show_new_lines(
-    vm: &Vm,
+    agent: &GuestAgent,
     session: &mut Session,
     tail: &mut LineTail,
     file: &str,
@@ -104,7 +104,7 @@ fn show_new_lines(
         // The command has not written the file yet.
         Err(err) if err.is_open_refused() => Ok(()),
         Err(source) => Err(VmError::Agent {
-            vm: vm.name().to_string(),
+            vm: agent.vm().to_string(),
             source: Box::new(source),
         }),
     }
