@@ -5,8 +5,8 @@
 # control plane and one VM, the agent deployed into it and started, waiting
 # until the Node is Ready (LocalDNS running in its machine), then printing how
 # to get a shell into the VM and its machine and the admin kubeconfig's path.
-# The lab stays until Ctrl-C or `harness lab down`. Arguments go to
-# `harness lab up`, e.g.
+# It returns then; the lab stays until `harness lab down` (`--foreground` holds the terminal
+# until Ctrl-C instead). Arguments go to `harness lab up`, e.g.
 #   scripts/lab-up.sh node-configs/localdns-off.json
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"

@@ -387,9 +387,19 @@ fn lab_up_prints_a_kubeconfig_for_the_hosts_kubectl_and_lab_kubectl_and_lab_down
         "kind get clusters does not list {name}"
     );
 
-    // SIGKILL cannot be caught: the lab and its Kind cluster stay for `harness lab down`.
-    child.kill().unwrap();
-    child.wait().unwrap();
+    // `lab up` returned once the lab ran; the lab's owner holds it. SIGKILL cannot be caught:
+    // the lab and its Kind cluster stay for `harness lab down`.
+    assert!(child.wait().unwrap().success(), "`harness lab up` failed");
+    let owner = harness::lab::owner::read_owner(&name).expect("the running lab has an owner");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(owner.pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let killed = Instant::now();
+    while owner.is_alive() && killed.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
     assert!(
         netns::exists(&name),
         "SIGKILL cannot clean up; the namespace stays for the sweep"

@@ -1,6 +1,7 @@
 //! `harness lab up` / `harness lab down` as a person uses them (network only,
-//! `--no-vm`; the VM path is covered by the scenarios): up keeps the lab until
-//! `lab down` or Ctrl-C, and both leave nothing behind. Needs root.
+//! `--no-vm`; the VM path is covered by the scenarios): up returns once the lab runs and leaves
+//! it to `lab down`; `up --foreground` keeps the lab until `lab down` or Ctrl-C; both leave
+//! nothing behind. Needs root.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -26,10 +27,10 @@ fn unused_number(skip: u8) -> u8 {
         .expect("a free lab number between 100 and 154")
 }
 
-/// Starts `harness lab up --no-vm --lab <n>` and waits until it says the lab runs.
+/// Starts `harness lab up --no-vm --foreground --lab <n>` and waits until it says the lab runs.
 fn lab_up(n: u8) -> Child {
     let mut child = Command::new(HARNESS)
-        .args(["lab", "up", "--no-vm", "--lab", &n.to_string()])
+        .args(["lab", "up", "--no-vm", "--foreground", "--lab", &n.to_string()])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -111,6 +112,31 @@ fn lab_up_answers_its_example_name_and_lab_down_from_another_terminal_stops_it_l
     assert!(down.is_ok(), "{}", down.unwrap_err());
     let status = wait_exit(&mut up);
     assert!(status.success(), "`harness lab up` exited with {status}");
+    assert_nothing_left(n);
+}
+
+#[test]
+fn lab_up_returns_once_the_lab_runs_and_leaves_it_to_lab_down() {
+    let n = unused_number(4);
+    let name = format!("lab-{n}");
+    let up = agent::exec::run(Command::new(HARNESS).args(["lab", "up", "--no-vm", "--lab", &n.to_string()]))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let said = String::from_utf8_lossy(&up.stderr);
+    assert!(
+        said.contains("is running") && said.contains("keeps running"),
+        "{said}"
+    );
+    assert!(said.contains(&format!("harness lab down --lab {n}")), "{said}");
+    let owner = owner::read_owner(&name).expect("the lab has an owner");
+    assert!(owner.is_alive(), "the lab's owner ended with `lab up`");
+    let dig =
+        agent::exec::run_unchecked(netns::command_in(&name, "dig").args(["@192.168.100.1", "x.lab.test"]))
+            .unwrap();
+    assert!(
+        String::from_utf8_lossy(&dig.stdout).contains("NXDOMAIN"),
+        "the lab's DNS does not answer"
+    );
+    agent::exec::run(Command::new(HARNESS).args(["lab", "down", "--lab", &n.to_string()])).unwrap();
     assert_nothing_left(n);
 }
 

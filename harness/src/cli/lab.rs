@@ -19,8 +19,9 @@ const HAND_NAME: &str = "hello.lab.test";
 #[derive(clap::Subcommand)]
 pub enum Command {
     /// Start lab 0 (namespace `lab-0`, 192.168.100.0/24) with its Kubernetes cluster (a Kind
-    /// cluster, `kind get clusters` lists it as `lab-0`) and one VM named after the node config,
-    /// and keep it until Ctrl-C or `harness lab down`.
+    /// cluster, `kind get clusters` lists it as `lab-0`) and one VM named after the node config;
+    /// return once the node is Ready (or failed to join), leaving the lab running until
+    /// `harness lab down` (with `--foreground`: until Ctrl-C).
     ///
     /// The VM boots from the cached host image, the cluster runs the cached Kubernetes
     /// binaries and Kind node image (`harness images build` first). The lab's upstream DNS
@@ -47,6 +48,13 @@ pub enum Command {
         /// one per node config; `LAB_NO_CHECKPOINT=1` does the same).
         #[arg(long)]
         no_checkpoint: bool,
+        /// Hold this terminal until Ctrl-C (or `harness lab down`), which tears the lab down,
+        /// instead of returning once it runs.
+        #[arg(long)]
+        foreground: bool,
+        /// Where a detached `lab up` tells the command that started it that the lab runs.
+        #[arg(long, hide = true, requires = "foreground")]
+        ready_file: Option<PathBuf>,
         #[command(flatten)]
         at: LabArg,
     },
@@ -115,9 +123,24 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
         Command::Up {
             node_config,
             no_vm,
+            foreground: false,
+            at,
+            ..
+        } => {
+            if !no_vm {
+                // A bad node config is refused here, before anything starts.
+                node_name(&node_config)?;
+            }
+            super::lab_detach::up_detached(at.number()?)
+        }
+        Command::Up {
+            node_config,
+            no_vm,
             control_plane,
             no_control_plane,
             no_checkpoint,
+            foreground: true,
+            ready_file,
             at,
         } => up(
             &node_config,
@@ -125,6 +148,7 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
             control_plane || !(no_vm || no_control_plane),
             !no_checkpoint && crate::checkpoint::enabled(),
             at.number()?,
+            ready_file.as_deref(),
         ),
         Command::Down { at, timeout } => down(at.number()?, Duration::from_secs(timeout)),
         Command::List { output } => list(output),
@@ -146,6 +170,7 @@ fn up(
     control_plane: bool,
     checkpoint: bool,
     number: u8,
+    ready_file: Option<&Path>,
 ) -> anyhow::Result<ExitCode> {
     let spec = lab_spec(control_plane, number);
     if checkpoint && control_plane && !no_vm {
@@ -157,7 +182,7 @@ fn up(
                 vm.name(),
                 started.elapsed().as_secs_f64()
             );
-            return keep_until_signal(lab, Some(vm), true);
+            return keep_until_signal(lab, Some(vm), true, ready_file);
         }
     }
     let image = if no_vm {
@@ -210,7 +235,7 @@ fn up(
         Some(vm) if lab.cluster().is_some() => crate::deploy::join::join_and_report(&lab, vm, node_config),
         _ => true,
     };
-    keep_until_signal(lab, vm, joined)
+    keep_until_signal(lab, vm, joined, ready_file)
 }
 
 /// One upstream name to try by hand (docs/quickstart.md): the lab's DNS answers nothing else.
@@ -267,14 +292,24 @@ fn resume_from_checkpoint(node_config: &Path, spec: LabSpec) -> anyhow::Result<O
     }
 }
 
-/// Prints how to reach the lab and its VM, the admin kubeconfig's path on stdout, and keeps
-/// everything up until a signal (Ctrl-C, `harness lab down`); then tears it down.
-fn keep_until_signal(lab: Lab, vm: Option<Vm>, joined: bool) -> anyhow::Result<ExitCode> {
+/// Prints how to reach the lab and its VM, the admin kubeconfig's path on stdout, tells a
+/// detached `lab up` (through `ready_file`) that the lab runs, and keeps everything up until a
+/// signal (Ctrl-C, `harness lab down`); then tears it down.
+fn keep_until_signal(
+    lab: Lab,
+    vm: Option<Vm>,
+    joined: bool,
+    ready_file: Option<&Path>,
+) -> anyhow::Result<ExitCode> {
     let stop = signals::subscribe();
-    print_how_to(&lab, vm.as_ref());
-    if let Some(cluster) = lab.cluster() {
+    print_how_to(&lab, vm.as_ref(), ready_file.is_some());
+    let kubeconfig = lab.cluster().map(|cluster| cluster.admin_kubeconfig.clone());
+    if let Some(kubeconfig) = &kubeconfig {
         // The one line on stdout: the admin kubeconfig, for scripts.
-        println!("{}", cluster.admin_kubeconfig.display());
+        println!("{}", kubeconfig.display());
+    }
+    if let Some(path) = ready_file {
+        super::lab_detach::tell_ready(path, joined, kubeconfig.as_deref())?;
     }
     let signal = stop.wait();
     eprintln!("==> signal {signal}: tearing down {}", lab.name());
@@ -290,7 +325,7 @@ fn keep_until_signal(lab: Lab, vm: Option<Vm>, joined: bool) -> anyhow::Result<E
     })
 }
 
-fn print_how_to(lab: &Lab, vm: Option<&Vm>) {
+fn print_how_to(lab: &Lab, vm: Option<&Vm>, detached: bool) {
     let mut text = format!(
         "\nLab {} is running (owner pid {}).\n",
         lab.name(),
@@ -325,10 +360,15 @@ fn print_how_to(lab: &Lab, vm: Option<&Vm>) {
          \x20 DNS/HTTP logs: {}\n\
          \x20 status:    harness lab status [--output json]   (Node, slot, localdns, listeners)\n\
          \x20 all logs:  harness lab logs                      (one directory for a bug report)\n\
-         \x20 stop:      Ctrl-C here, or `harness lab down` from another terminal\n",
+         \x20 stop:      {}\n",
         lab.name(),
         lab.addrs().bridge_ip(),
-        lab.log_dir().display()
+        lab.log_dir().display(),
+        if detached {
+            format!("harness lab down --lab {}", lab.number())
+        } else {
+            "Ctrl-C here, or `harness lab down` from another terminal".to_string()
+        }
     );
     eprintln!("{text}");
 }
@@ -363,6 +403,7 @@ fn down(number: u8, timeout: Duration) -> anyhow::Result<ExitCode> {
         let _lock = owner::lock()?;
         owner::destroy(&name)
     };
+    let _ = std::fs::remove_file(super::lab_detach::log_path(number));
     if netns::exists(&name) {
         problems.push(format!("namespace {name} still exists"));
     }

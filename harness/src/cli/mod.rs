@@ -8,6 +8,7 @@ pub mod bench_suite;
 pub mod images;
 pub mod lab;
 pub mod lab_arg;
+pub mod lab_detach;
 pub mod lab_inspect;
 pub mod lab_kubectl;
 pub mod output;

@@ -90,6 +90,11 @@ impl StopSignals {
     pub fn wait(&self) -> i32 {
         self.0.recv().unwrap_or(SIGTERM)
     }
+
+    /// The stop signal that arrived since the last call, if any (does not block).
+    pub fn arrived(&self) -> Option<i32> {
+        self.0.try_recv().ok()
+    }
 }
 
 impl Drop for StopSignals {
