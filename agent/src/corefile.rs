@@ -33,6 +33,29 @@ pub enum CorefileError {
          (name the metrics address, e.g. `prometheus {{{{ metrics_address }}}}`)"
     )]
     WildcardMetrics { keys: String, address: String },
+    #[error(
+        "rendered Corefile: `{keys}` binds `{address}`, which is not a LocalDNS listener ({listeners}): \
+         LocalDNS answers on its listeners only (anything else could make the node an open resolver)"
+    )]
+    BindElsewhere {
+        keys: String,
+        address: String,
+        listeners: String,
+    },
+    #[error(
+        "rendered Corefile: no server block has `ready {address}` (the supervisor's readiness probe of \
+         that listener; e.g. `ready {{{{ node_listener }}}}:{{{{ ready_port }}}}`)"
+    )]
+    NoReady { address: String },
+    #[error(
+        "rendered Corefile: no server block for `{name}` binds both listeners (the supervisor's DNS \
+         probe; keep the built-in template's `{{{{ health_name }}}}:53` block)"
+    )]
+    NoHealthZone { name: String },
+    #[error(
+        "rendered Corefile: `import {target}` names no snippet of the Corefile (imports of files are refused)"
+    )]
+    ImportUnknown { target: String },
 }
 
 /// The variables a Corefile template can use (documented in docs/configuration.md).
@@ -96,28 +119,55 @@ pub fn render_template(template: &str, ctx: &TemplateContext) -> Result<String, 
         .map_err(message)
 }
 
-/// Checks that a template parses and uses only known variables (validation time).
+/// Checks that a template parses, uses only known variables and, rendered with example values,
+/// passes [`check`] (validation time).
 pub fn check_template(template: &str) -> Result<(), CorefileError> {
-    render_template(template, &TemplateContext::sample()).map(|_| ())
+    let sample = TemplateContext::sample();
+    check(&render_template(template, &sample)?, &sample)
 }
 
-/// The checks every rendered Corefile must pass: every server block binds, one
-/// serves `prometheus` on the metrics address, and none on a wildcard address.
-pub fn check(corefile: &str, metrics_address: &str) -> Result<(), CorefileError> {
-    let blocks = server_blocks(corefile)?;
-    for b in &blocks {
+/// The checks every rendered Corefile must pass (docs/configuration.md, "The Corefile"): every
+/// server block binds, and only the listeners of `ctx` (snippets too); one serves `prometheus` on
+/// the metrics address and none on a wildcard address; `ready` runs on both listeners; a block
+/// for the health name binds both; `import` names only snippets of the Corefile.
+pub fn check(corefile: &str, ctx: &TemplateContext) -> Result<(), CorefileError> {
+    let parsed = parse(corefile)?;
+    let blocks = &parsed.servers;
+    for b in blocks {
         if !b.directives.iter().any(|d| d[0] == "bind" && d.len() > 1) {
             return Err(CorefileError::NoBind {
                 keys: b.keys.join(" "),
             });
         }
     }
-    if !blocks.iter().any(|b| b.has_prometheus_on(metrics_address)) {
+    let listeners = [ctx.node_listener.as_str(), ctx.cluster_listener.as_str()];
+    for b in blocks.iter().chain(&parsed.snippets) {
+        for d in b.directives.iter().filter(|d| d[0] == "bind") {
+            if let Some(address) = d[1..].iter().find(|a| !listeners.contains(&a.as_str())) {
+                return Err(CorefileError::BindElsewhere {
+                    keys: b.keys.join(" "),
+                    address: address.clone(),
+                    listeners: listeners.join(", "),
+                });
+            }
+        }
+        for d in b.directives.iter().filter(|d| d[0] == "import") {
+            let target = d[1..].join(" ");
+            if !parsed
+                .snippets
+                .iter()
+                .any(|s| s.keys.join(" ") == format!("({target})"))
+            {
+                return Err(CorefileError::ImportUnknown { target });
+            }
+        }
+    }
+    if !blocks.iter().any(|b| b.has_prometheus_on(&ctx.metrics_address)) {
         return Err(CorefileError::NoPrometheus {
-            address: metrics_address.to_owned(),
+            address: ctx.metrics_address.clone(),
         });
     }
-    for b in &blocks {
+    for b in blocks {
         let prometheus = b.directives.iter().filter(|d| d[0] == "prometheus");
         if let Some(address) = prometheus.filter_map(|d| d.get(1)).find(|a| is_wildcard(a)) {
             return Err(CorefileError::WildcardMetrics {
@@ -126,7 +176,36 @@ pub fn check(corefile: &str, metrics_address: &str) -> Result<(), CorefileError>
             });
         }
     }
+    for listener in listeners {
+        let address = format!("{listener}:{}", ctx.ready_port);
+        let ready = |b: &ServerBlock| {
+            b.directives
+                .iter()
+                .any(|d| d[0] == "ready" && d.get(1) == Some(&address))
+        };
+        if !blocks.iter().any(ready) {
+            return Err(CorefileError::NoReady { address });
+        }
+    }
+    let health = |b: &&ServerBlock| {
+        b.keys.iter().any(|k| zone_of(k) == ctx.health_name)
+            && listeners
+                .iter()
+                .all(|l| b.binds().iter().any(|bound| bound.to_string() == *l))
+    };
+    if !blocks.iter().any(|b| health(&b)) {
+        return Err(CorefileError::NoHealthZone {
+            name: ctx.health_name.to_owned(),
+        });
+    }
     Ok(())
+}
+
+/// A server key's zone: without a `dns://` scheme, a port and a trailing dot.
+fn zone_of(key: &str) -> &str {
+    let key = key.strip_prefix("dns://").unwrap_or(key);
+    let key = key.rsplit_once(':').map_or(key, |(zone, _)| zone);
+    key.strip_suffix('.').filter(|z| !z.is_empty()).unwrap_or(key)
 }
 
 /// One server block: its keys (`.:53`) and its top-level directives, each as words.
@@ -153,15 +232,31 @@ impl ServerBlock {
     }
 }
 
+/// A Corefile's server blocks and snippets (`(name) {…}`); a top-level `import` becomes a
+/// snippet-less block of its own (`import` keys), so [`check`] sees what it imports.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Parsed {
+    pub servers: Vec<ServerBlock>,
+    pub snippets: Vec<ServerBlock>,
+}
+
 /// Splits a Corefile into server blocks (snippets `(name) {…}` and top-level
 /// `import` lines are skipped). Only what the checks need: words, braces and
 /// `#` comments; quoted strings are not interpreted.
 pub fn server_blocks(corefile: &str) -> Result<Vec<ServerBlock>, CorefileError> {
+    Ok(parse(corefile)?.servers)
+}
+
+/// [`server_blocks`] with the snippets, and each top-level `import` as a directive of a block
+/// keyed `import` among the snippets (so its target is checked like any other).
+pub fn parse(corefile: &str) -> Result<Parsed, CorefileError> {
     let mut blocks = Vec::new();
+    let mut snippets = Vec::new();
     let mut depth = 0usize;
     let mut keys: Vec<String> = Vec::new();
     let mut current: Option<ServerBlock> = None;
     let mut is_snippet = false;
+    let mut top_level_imports: Vec<Vec<String>> = Vec::new();
     for (n, line) in corefile.lines().enumerate() {
         let code = strip_comment(line);
         let mut words = Vec::new();
@@ -198,13 +293,20 @@ pub fn server_blocks(corefile: &str) -> Result<Vec<ServerBlock>, CorefileError> 
                     depth -= 1;
                     if depth == 0
                         && let Some(b) = current.take()
-                        && !is_snippet
                     {
-                        blocks.push(b);
+                        if is_snippet {
+                            snippets.push(b)
+                        } else {
+                            blocks.push(b)
+                        }
                     }
                 }
                 word if depth == 0 => {
                     if line_start && word == "import" {
+                        let target: Vec<String> = tokens(code).skip(1).map(str::to_owned).collect();
+                        let mut directive = vec!["import".to_owned()];
+                        directive.extend(target);
+                        top_level_imports.push(directive);
                         break;
                     }
                     keys.push(word.to_owned());
@@ -226,7 +328,17 @@ pub fn server_blocks(corefile: &str) -> Result<Vec<ServerBlock>, CorefileError> 
             "unbalanced braces or server keys without a block".into(),
         ));
     }
-    Ok(blocks)
+    if !top_level_imports.is_empty() {
+        // Not a snippet anyone can import: its key names no snippet.
+        snippets.push(ServerBlock {
+            keys: vec!["import".into()],
+            directives: top_level_imports,
+        });
+    }
+    Ok(Parsed {
+        servers: blocks,
+        snippets,
+    })
 }
 
 /// Whether a listen address (`host:port`) names every address: an empty host
@@ -295,11 +407,32 @@ mod tests {
         assert!(matches!(server_blocks("}\n"), Err(CorefileError::Syntax(_))));
     }
 
+    /// Listeners 10.0.0.1 and 10.0.0.2, metrics on 10.0.0.1:9253.
+    fn ctx() -> TemplateContext {
+        TemplateContext {
+            node_listener: "10.0.0.1".into(),
+            cluster_listener: "10.0.0.2".into(),
+            metrics_address: "10.0.0.1:9253".into(),
+            ..TemplateContext::sample()
+        }
+    }
+
+    /// `text` with what every checked Corefile needs besides: `ready` on both listeners and the
+    /// health zone on both.
+    fn with_rest(text: &str) -> String {
+        format!(
+            "{text}health-check.localdns.local:53 {{\n bind 10.0.0.1 10.0.0.2\n whoami\n}}\n\
+             .:53 {{\n bind 10.0.0.2\n ready 10.0.0.2:8181\n}}\n\
+             lab.example:53 {{\n bind 10.0.0.1\n ready 10.0.0.1:8181\n}}\n"
+        )
+    }
+
     #[test]
     fn a_block_without_bind_fails_the_check() {
-        let text = ".:53 {\n bind 10.0.0.1\n prometheus 10.0.0.1:9253\n}\nexample.org:53 {\n whoami\n}\n";
+        let text =
+            with_rest(".:53 {\n bind 10.0.0.1\n prometheus 10.0.0.1:9253\n}\nexample.org:53 {\n whoami\n}\n");
         assert_eq!(
-            check(text, "10.0.0.1:9253"),
+            check(&text, &ctx()),
             Err(CorefileError::NoBind {
                 keys: "example.org:53".into()
             })
@@ -308,38 +441,137 @@ mod tests {
 
     #[test]
     fn prometheus_elsewhere_than_the_metrics_address_fails_the_check() {
-        let text = ".:53 {\n bind 10.0.0.1\n prometheus :9153\n}\n";
+        let text = with_rest(".:53 {\n bind 10.0.0.1\n prometheus :9153\n}\n");
         assert!(matches!(
-            check(text, "10.0.0.1:9253"),
+            check(&text, &ctx()),
             Err(CorefileError::NoPrometheus { .. })
         ));
-        assert_eq!(
-            check(
-                ".:53 {\n bind 10.0.0.1\n prometheus 10.0.0.1:9253\n}\n",
-                "10.0.0.1:9253"
-            ),
-            Ok(())
-        );
+        let text = with_rest(".:53 {\n bind 10.0.0.1\n prometheus 10.0.0.1:9253\n}\n");
+        assert_eq!(check(&text, &ctx()), Ok(()));
     }
 
     #[test]
     fn metrics_on_a_wildcard_address_fail_the_check_naming_the_block() {
         for wildcard in [":9153", "0.0.0.0:9253", "[::]:9253"] {
-            let text = format!(
-                ".:53 {{\n bind 10.0.0.1\n prometheus 10.0.0.1:9253\n}}\nlab.example:53 {{\n bind 10.0.0.1\n prometheus {wildcard}\n}}\n"
-            );
+            let text = with_rest(&format!(
+                ".:53 {{\n bind 10.0.0.1\n prometheus 10.0.0.1:9253\n}}\nx.example:53 {{\n bind 10.0.0.1\n prometheus {wildcard}\n}}\n"
+            ));
             assert_eq!(
-                check(&text, "10.0.0.1:9253"),
+                check(&text, &ctx()),
                 Err(CorefileError::WildcardMetrics {
-                    keys: "lab.example:53".into(),
+                    keys: "x.example:53".into(),
                     address: wildcard.into()
                 }),
                 "{wildcard}"
             );
         }
         // Another specific address, or none (CoreDNS's default is localhost), is no wildcard.
-        let text = ".:53 {\n bind 10.0.0.1\n prometheus 10.0.0.1:9253\n}\nlab.example:53 {\n bind 10.0.0.1\n prometheus 10.0.0.2:9253\n}\nx:53 {\n bind 10.0.0.1\n prometheus\n}\n";
-        assert_eq!(check(text, "10.0.0.1:9253"), Ok(()));
+        let text = with_rest(
+            ".:53 {\n bind 10.0.0.1\n prometheus 10.0.0.1:9253\n}\nx.example:53 {\n bind 10.0.0.1\n prometheus 10.0.0.2:9253\n}\nx:53 {\n bind 10.0.0.1\n prometheus\n}\n",
+        );
+        assert_eq!(check(&text, &ctx()), Ok(()));
+    }
+
+    #[test]
+    fn a_bind_to_anything_but_the_listeners_fails_naming_the_block_and_the_address() {
+        for (text, keys, address) in [
+            (
+                ".:53 {\n bind 0.0.0.0\n prometheus 10.0.0.1:9253\n}\n",
+                ".:53",
+                "0.0.0.0",
+            ),
+            (
+                ".:53 {\n bind 10.0.0.1 192.168.100.10\n prometheus 10.0.0.1:9253\n}\n",
+                ".:53",
+                "192.168.100.10",
+            ),
+            (
+                ".:53 {\n bind eth0\n prometheus 10.0.0.1:9253\n}\n",
+                ".:53",
+                "eth0",
+            ),
+            // A snippet's bind counts where it is imported.
+            (
+                "(open) {\n bind 0.0.0.0\n}\n.:53 {\n bind 10.0.0.1\n import open\n prometheus 10.0.0.1:9253\n}\n",
+                "(open)",
+                "0.0.0.0",
+            ),
+        ] {
+            let e = check(&with_rest(text), &ctx()).unwrap_err();
+            assert_eq!(
+                e,
+                CorefileError::BindElsewhere {
+                    keys: keys.into(),
+                    address: address.into(),
+                    listeners: "10.0.0.1, 10.0.0.2".into()
+                },
+                "{text}"
+            );
+            assert!(e.to_string().contains("open resolver"), "{e}");
+        }
+    }
+
+    #[test]
+    fn without_ready_on_a_listener_or_the_health_zone_the_check_fails() {
+        let metrics = ".:53 {\n bind 10.0.0.1\n prometheus 10.0.0.1:9253\n}\n";
+        let health = "health-check.localdns.local:53 {\n bind 10.0.0.1 10.0.0.2\n}\n";
+        let no_cluster_ready =
+            format!("{metrics}{health}x:53 {{\n bind 10.0.0.1\n ready 10.0.0.1:8181\n}}\n");
+        assert_eq!(
+            check(&no_cluster_ready, &ctx()),
+            Err(CorefileError::NoReady {
+                address: "10.0.0.2:8181".into()
+            })
+        );
+        let ready = "x:53 {\n bind 10.0.0.1 10.0.0.2\n ready 10.0.0.1:8181\n ready 10.0.0.2:8181\n}\n";
+        let health_on_one = format!("{metrics}{ready}health-check.localdns.local. {{\n bind 10.0.0.1\n}}\n");
+        assert_eq!(
+            check(&health_on_one, &ctx()),
+            Err(CorefileError::NoHealthZone {
+                name: HEALTH_NAME.into()
+            })
+        );
+        assert_eq!(check(&format!("{metrics}{ready}{health}"), &ctx()), Ok(()));
+        let dotted = format!(
+            "{metrics}{ready}dns://health-check.localdns.local.:53 {{\n bind 10.0.0.2 10.0.0.1\n}}\n"
+        );
+        assert_eq!(check(&dotted, &ctx()), Ok(()));
+    }
+
+    #[test]
+    fn an_import_of_anything_but_a_snippet_is_refused() {
+        for text in [
+            ".:53 {\n bind 10.0.0.1\n import /etc/coredns/extra.conf\n prometheus 10.0.0.1:9253\n}\n",
+            "import /etc/coredns/*.conf\n.:53 {\n bind 10.0.0.1\n prometheus 10.0.0.1:9253\n}\n",
+        ] {
+            assert!(
+                matches!(
+                    check(&with_rest(text), &ctx()),
+                    Err(CorefileError::ImportUnknown { .. })
+                ),
+                "{text}"
+            );
+        }
+        let snippet =
+            "(common) {\n errors\n}\n.:53 {\n bind 10.0.0.1\n import common\n prometheus 10.0.0.1:9253\n}\n";
+        assert_eq!(check(&with_rest(snippet), &ctx()), Ok(()));
+    }
+
+    #[test]
+    fn validation_refuses_a_template_that_would_open_the_resolver_or_blind_the_supervisor() {
+        let open = BUILTIN_TEMPLATE.replace(
+            "bind {{ node_listener }}\n    forward",
+            "bind 0.0.0.0\n    forward",
+        );
+        assert!(
+            matches!(check_template(&open), Err(CorefileError::BindElsewhere { .. })),
+            "{open}"
+        );
+        let no_health = BUILTIN_TEMPLATE.replace("{{ health_name }}:53", "other.example:53");
+        assert!(matches!(
+            check_template(&no_health),
+            Err(CorefileError::NoHealthZone { .. })
+        ));
     }
 
     #[test]

@@ -254,32 +254,55 @@ proptest! {
         }
     }
 
+    /// Validation checks a template with example values and rendering with the node's: the
+    /// template is refused by validation (naming `LocalDNS.CorefileTemplate`) or by rendering
+    /// with one of its problems, or renders when it has none.
     #[test]
-    fn a_custom_template_renders_exactly_when_every_block_binds_and_metrics_are_served_on_the_address(
+    fn a_custom_template_renders_exactly_when_it_has_none_of_the_checked_problems(
         i in input(),
-        blocks in prop::collection::vec(template_block(), 1..5),
+        blocks in prop::collection::vec(template_block(), 1..6),
     ) {
+        prop_assume!(goal(&i, None).is_some());
         let template: String = blocks.iter().map(TemplateBlock::text).collect();
-        let goal = goal(&i, Some(&template));
-        prop_assume!(goal.is_some());
-        let goal = goal.unwrap();
-        let metrics = goal.local_dns.as_ref().unwrap().metrics_address.to_string();
-        let result = agent::render::render(&goal);
-        let allowed = problems(&blocks, &metrics);
-        match result {
-            Ok(rendered) => {
-                prop_assert!(allowed.is_empty(), "rendered although {:?}:\n{}", allowed, template);
-                prop_assert_eq!(&rendered, &agent::render::render(&goal).unwrap());
+        match agent::validate::parse_value(config(&i, Some(&template))) {
+            Err(refused) => {
+                let sample = Addresses { node: "169.254.10.10".into(), cluster: "169.254.10.11".into(), metrics: "192.0.2.10:9253".into() };
+                let allowed: Vec<String> = problems(&blocks, &sample).iter().map(ToString::to_string).collect();
+                prop_assert!(!allowed.is_empty(), "refused although it has no problem:\n{}\n{}", refused, template);
+                for p in refused.iter() {
+                    prop_assert_eq!(&p.path, "LocalDNS.CorefileTemplate", "{}", refused);
+                    prop_assert!(allowed.contains(&p.message), "{} is not one of {:?}:\n{}", p.message, allowed, template);
+                }
             }
-            Err(agent::render::RenderError::Corefile(e)) => {
-                prop_assert!(
-                    allowed.contains(&e),
-                    "{} is not one of the template's problems {:?}:\n{}", e, allowed, template
-                );
+            Ok(_) => {
+                let Some(goal) = goal(&i, Some(&template)) else { return Ok(()) };
+                let ld = goal.local_dns.as_ref().unwrap();
+                let real = Addresses {
+                    node: ld.node_listener.to_string(),
+                    cluster: ld.cluster_listener.to_string(),
+                    metrics: ld.metrics_address.to_string(),
+                };
+                let allowed = problems(&blocks, &real);
+                match agent::render::render(&goal) {
+                    Ok(rendered) => {
+                        prop_assert!(allowed.is_empty(), "rendered although {:?}:\n{}", allowed, template);
+                        prop_assert_eq!(&rendered, &agent::render::render(&goal).unwrap());
+                    }
+                    Err(agent::render::RenderError::Corefile(e)) => {
+                        prop_assert!(allowed.contains(&e), "{} is not one of the template's problems {:?}:\n{}", e, allowed, template);
+                    }
+                    Err(e) => prop_assert!(false, "{}", e),
+                }
             }
-            Err(e) => prop_assert!(false, "{}", e),
         }
     }
+}
+
+/// The addresses a template is checked with.
+struct Addresses {
+    node: String,
+    cluster: String,
+    metrics: String,
 }
 
 /// One server block (or snippet) of a generated template.
@@ -321,6 +344,7 @@ const DIRECTIVES: &[&str] = &[
     "import snip",
     "# bind 10.0.0.1",
     "ready {{ node_listener }}:{{ ready_port }}",
+    "ready {{ cluster_listener }}:{{ ready_port }}",
     "cache 30 { success 9984 }",
 ];
 
@@ -366,11 +390,28 @@ impl TemplateBlock {
     }
 }
 
-/// Every error a correct renderer may give for `blocks`: one per block without `bind` or with
-/// metrics on a wildcard, and the missing `prometheus <metrics address>`. None: it renders.
-fn problems(blocks: &[TemplateBlock], metrics: &str) -> Vec<CorefileError> {
+/// Every error a correct check may give for `blocks` checked with `at`: one per block without
+/// `bind`, binding elsewhere or with metrics on a wildcard; an import of a missing snippet; the
+/// missing `prometheus <metrics address>`, `ready` on a listener or health zone. None: it renders.
+fn problems(blocks: &[TemplateBlock], at: &Addresses) -> Vec<CorefileError> {
+    let metrics = at.metrics.as_str();
     let mut all = Vec::new();
     let servers: Vec<&TemplateBlock> = blocks.iter().filter(|b| !b.is_snippet()).collect();
+    let has_snip = blocks.iter().any(|b| b.keys == "(snip)");
+    for b in blocks {
+        if b.directives.contains(&"bind 10.1.2.3") {
+            all.push(CorefileError::BindElsewhere {
+                keys: b.rendered_keys(),
+                address: "10.1.2.3".into(),
+                listeners: format!("{}, {}", at.node, at.cluster),
+            });
+        }
+        if b.directives.contains(&"import snip") && !has_snip {
+            all.push(CorefileError::ImportUnknown {
+                target: "snip".into(),
+            });
+        }
+    }
     for b in &servers {
         if !b.binds() {
             all.push(CorefileError::NoBind {
@@ -392,6 +433,26 @@ fn problems(blocks: &[TemplateBlock], metrics: &str) -> Vec<CorefileError> {
     if !served {
         all.push(CorefileError::NoPrometheus {
             address: metrics.to_owned(),
+        });
+    }
+    for (listener, directive) in [
+        (&at.node, "ready {{ node_listener }}:{{ ready_port }}"),
+        (&at.cluster, "ready {{ cluster_listener }}:{{ ready_port }}"),
+    ] {
+        if !servers.iter().any(|b| b.directives.contains(&directive)) {
+            all.push(CorefileError::NoReady {
+                address: format!("{listener}:8181"),
+            });
+        }
+    }
+    let health = servers.iter().any(|b| {
+        b.keys == "{{ health_name }}:53"
+            && b.directives
+                .contains(&"bind {{ cluster_listener }} {{ node_listener }}")
+    });
+    if !health {
+        all.push(CorefileError::NoHealthZone {
+            name: "health-check.localdns.local".into(),
         });
     }
     all

@@ -38,11 +38,16 @@ fn text(r: &Rendered, path: &str) -> String {
     .unwrap()
 }
 
+/// What every custom template needs besides its own blocks: `ready` on both listeners and the
+/// health zone (crate::corefile::check).
+const READY_AND_HEALTH: &str = "{{ health_name }}:53 {\n bind {{ node_listener }} {{ cluster_listener }}\n whoami\n}\n\
+     x.example:53 {\n bind {{ node_listener }} {{ cluster_listener }}\n ready {{ node_listener }}:{{ ready_port }}\n ready {{ cluster_listener }}:{{ ready_port }}\n}\n";
+
 #[test]
 fn a_custom_template_that_binds_and_exports_metrics_renders() {
-    let g = template(
-        ".:53 {\n bind {{ node_listener }} {{ cluster_listener }}\n forward . {{ upstreams | join(' ') }}\n prometheus {{ metrics_address }}\n}\n",
-    );
+    let g = template(&format!(
+        ".:53 {{\n bind {{{{ node_listener }}}} {{{{ cluster_listener }}}}\n forward . {{{{ upstreams | join(' ') }}}}\n prometheus {{{{ metrics_address }}}}\n}}\n{READY_AND_HEALTH}"
+    ));
     let r = render(&g).unwrap();
     let corefile = text(&r, "/var/lib/machines/kube1/etc/unbounded/localdns/Corefile");
     assert!(corefile.starts_with(HEADER));
@@ -54,11 +59,14 @@ fn a_custom_template_that_binds_and_exports_metrics_renders() {
     );
 }
 
+/// Validation checks a template with example values (metrics on 192.0.2.10:9253); rendering
+/// checks it again with the node's own. A template that passes the first and not the second
+/// is an error, not a file.
 #[test]
-fn a_custom_template_with_a_block_without_bind_is_an_error_not_a_file() {
-    let g = template(
-        ".:53 {\n bind {{ node_listener }}\n prometheus {{ metrics_address }}\n}\nexample.org:53 {\n whoami\n}\n",
-    );
+fn a_custom_template_with_a_block_without_bind_on_this_node_is_an_error_not_a_file() {
+    let g = template(&format!(
+        ".:53 {{\n bind {{{{ node_listener }}}}\n prometheus {{{{ metrics_address }}}}\n}}\nexample.org:53 {{\n {{% if metrics_address == '192.0.2.10:9253' %}}bind {{{{ node_listener }}}}{{% endif %}}\n whoami\n}}\n{READY_AND_HEALTH}"
+    ));
     let e = render(&g).unwrap_err();
     assert!(
         matches!(e, RenderError::Corefile(CorefileError::NoBind { ref keys }) if keys == "example.org:53"),
@@ -67,8 +75,10 @@ fn a_custom_template_with_a_block_without_bind_is_an_error_not_a_file() {
 }
 
 #[test]
-fn a_custom_template_without_prometheus_on_the_metrics_address_is_an_error() {
-    let g = template(".:53 {\n bind {{ node_listener }}\n prometheus :9153\n}\n");
+fn a_custom_template_without_prometheus_on_this_nodes_metrics_address_is_an_error() {
+    let g = template(&format!(
+        ".:53 {{\n bind {{{{ node_listener }}}}\n prometheus 192.0.2.10:9253\n}}\n{READY_AND_HEALTH}"
+    ));
     let e = render(&g).unwrap_err();
     assert!(
         e.to_string()
