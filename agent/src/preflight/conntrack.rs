@@ -74,17 +74,20 @@ pub fn check_with(nft: &str, listener: Ipv4Addr, offline: bool) -> Finding {
             Severity::Ok,
             "nft accepts a raw-priority output chain with a notrack rule",
         ),
+        // LocalDNS's host network is nftables rules: without `nft`, start would fail there later.
         Err(CommandFailed::Spawn { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
-            let severity = if offline {
-                Severity::Error
-            } else {
-                Severity::Warning
-            };
             Finding::new(
                 NAME,
                 target,
-                severity,
-                format!("`{nft}` is not installed: {REQUIRED} (install the `nftables` package)"),
+                Severity::Error,
+                format!(
+                    "`{nft}` is not installed: {REQUIRED} (install the `nftables` package{})",
+                    if offline {
+                        ", from the offline bundle's mirror"
+                    } else {
+                        ""
+                    }
+                ),
             )
         }
         Err(err) => Finding::new(
@@ -115,10 +118,10 @@ mod tests {
     }
 
     #[test]
-    fn missing_nft_is_a_warning_online_and_an_error_offline() {
+    fn missing_nft_is_an_error_online_and_offline() {
         let online = check_with("/nonexistent/nft", NODE, false);
         let offline = check_with("/nonexistent/nft", NODE, true);
-        assert_eq!(online.severity, Severity::Warning);
+        assert_eq!(online.severity, Severity::Error);
         assert_eq!(offline.severity, Severity::Error);
         assert!(offline.message.contains(REQUIRED), "{}", offline.message);
     }

@@ -1,10 +1,12 @@
 //! Preflight check `localdns-listeners`: the listener IPs are not held by another interface than
-//! `localdns`, and ports 53 (UDP, TCP) and 8181 (TCP) on them are free.
+//! `localdns`, and ports 53 (UDP, TCP) and 8181 (TCP) on them are free; the metrics address is
+//! one of this host's and its port (9253 unless set) is free.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddrV4};
 
 use crate::hostnet::LINK_NAME;
 use crate::hostnet::link::Netlink;
+use crate::names::MetricsAddress;
 pub use crate::sockets::{Bound, bound_sockets};
 
 use super::{Context, Finding, Severity};
@@ -28,11 +30,84 @@ pub fn run(ctx: &Context) -> Vec<Finding> {
     let holders = Netlink::open()
         .and_then(|nl| nl.all_ipv4())
         .map_err(|e| format!("{e}"));
-    check(
+    let bound = bound_sockets();
+    let mut findings = check(
         &[l.node_listener.addr(), l.cluster_listener.addr()],
-        holders,
-        bound_sockets(),
-    )
+        holders.clone(),
+        bound.clone(),
+    );
+    if let (Ok(holders), Ok(bound)) = (&holders, &bound) {
+        findings.push(check_metrics(
+            l.metrics_address.map(|m| m.socket_addr()),
+            holders,
+            bound,
+        ));
+    }
+    findings
+}
+
+/// The metrics address: an explicit one must be an address of this host (CoreDNS binds it) and
+/// its port free there; a derived one (the node's address, port 9253) must find the port free on
+/// every address. On a host whose `localdns` link is up, a bound port is most likely LocalDNS's
+/// own CoreDNS: a warning.
+pub fn check_metrics(
+    explicit: Option<SocketAddrV4>,
+    holders: &[(String, Ipv4Addr, u8)],
+    bound: &[Bound],
+) -> Finding {
+    let ours = holders.iter().any(|(link, _, _)| link == LINK_NAME);
+    let port = explicit.map_or(MetricsAddress::DEFAULT_PORT, |m| m.port());
+    let target = explicit.map_or(format!("metrics <node address>:{port}/tcp"), |m| {
+        format!("metrics {m}/tcp")
+    });
+    if let Some(m) = explicit
+        && !holders.iter().any(|(_, ip, _)| ip == m.ip())
+    {
+        let addresses: Vec<String> = holders
+            .iter()
+            .filter(|(link, ip, _)| link != LINK_NAME && !ip.is_loopback())
+            .map(|(link, ip, _)| format!("{ip} ({link})"))
+            .collect();
+        return Finding::new(
+            NAME,
+            target,
+            Severity::Error,
+            format!(
+                "{} is not an address of this host, so CoreDNS cannot serve metrics there: set \
+                 LocalDNS.MetricsAddress to one of {} or leave it out (the node's address)",
+                m.ip(),
+                if addresses.is_empty() {
+                    "its addresses".to_string()
+                } else {
+                    addresses.join(", ")
+                }
+            ),
+        );
+    }
+    let users: Vec<Ipv4Addr> = bound
+        .iter()
+        .filter(|b| b.proto == "tcp" && b.port == port)
+        .filter(|b| b.ip.is_unspecified() || explicit.is_none_or(|m| b.ip == *m.ip()))
+        .map(|b| b.ip)
+        .collect();
+    match users.first() {
+        None => Finding::new(NAME, target, Severity::Ok, "free"),
+        Some(_) if ours => Finding::new(
+            NAME,
+            target,
+            Severity::Warning,
+            "a socket is already bound there (expected when LocalDNS is already running)",
+        ),
+        Some(ip) => Finding::new(
+            NAME,
+            target,
+            Severity::Error,
+            format!(
+                "a socket is already bound on {ip}:{port}: stop what holds it (`ss -ltnp 'sport = :{port}'`) \
+                 or set LocalDNS.MetricsAddress to another port"
+            ),
+        ),
+    }
 }
 
 /// The findings for these listeners, given every IPv4 address with its link and the bound sockets.
@@ -186,6 +261,39 @@ mod tests {
             .map(|f| f.target.as_str())
             .collect();
         assert_eq!(errors, vec!["169.254.10.10:8181/tcp", "169.254.10.11:8181/tcp"]);
+    }
+
+    #[test]
+    fn a_metrics_address_not_on_this_host_is_an_error_naming_the_hosts_addresses() {
+        let holders = vec![("eth0".to_owned(), Ipv4Addr::new(192, 168, 100, 10), 24)];
+        let explicit = Some("10.9.9.9:9253".parse().unwrap());
+        let finding = check_metrics(explicit, &holders, &[]);
+        assert_eq!(finding.severity, Severity::Error);
+        assert!(
+            finding.message.contains("192.168.100.10 (eth0)") && finding.message.contains("MetricsAddress"),
+            "{}",
+            finding.message
+        );
+        let on_host = check_metrics(Some("192.168.100.10:9253".parse().unwrap()), &holders, &[]);
+        assert_eq!(on_host.severity, Severity::Ok, "{}", on_host.message);
+    }
+
+    #[test]
+    fn a_busy_metrics_port_is_an_error_unless_localdns_runs() {
+        let holders = vec![("eth0".to_owned(), Ipv4Addr::new(192, 168, 100, 10), 24)];
+        let busy = vec![Bound {
+            proto: "tcp",
+            ip: Ipv4Addr::UNSPECIFIED,
+            port: 9253,
+        }];
+        let derived = check_metrics(None, &holders, &busy);
+        assert_eq!(derived.severity, Severity::Error);
+        assert!(derived.message.contains("ss -ltnp"), "{}", derived.message);
+        let other_port = check_metrics(Some("192.168.100.10:9300".parse().unwrap()), &holders, &busy);
+        assert_eq!(other_port.severity, Severity::Ok);
+        let mut running = holders.clone();
+        running.push((LINK_NAME.to_owned(), NODE, 32));
+        assert_eq!(check_metrics(None, &running, &busy).severity, Severity::Warning);
     }
 
     #[test]
