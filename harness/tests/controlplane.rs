@@ -254,21 +254,24 @@ fn kind_clusters() -> Vec<String> {
     harness::kind::cluster::list(&engine, &tool).unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// A lab number nobody uses now (between the tests' slots and `lab_cli`'s range).
-fn unused_number() -> u8 {
+/// The `skip`-th lab number nobody uses now (between the tests' slots and `lab_cli`'s range).
+/// Each test of this binary skips a different count: two of them run at once, and one must not
+/// take the number the other's lab holds (nor see that lab as its own).
+fn unused_number(skip: usize) -> u8 {
     let _lock = harness::lab::owner::lock().unwrap();
     (60..100)
-        .find(|n| {
+        .filter(|n| {
             let name = format!("lab-{n}");
             !netns::exists(&name) && !harness::lab::owner::run_dir(&name).exists()
         })
+        .nth(skip)
         .expect("a free lab number between 60 and 99")
 }
 
 #[test]
 fn lab_up_without_the_clusters_images_fails_at_once_naming_harness_images_build() {
     let empty_cache = tempfile::tempdir().unwrap();
-    let n = unused_number().to_string();
+    let n = unused_number(0).to_string();
     let started = Instant::now();
     let out = agent::exec::run_unchecked(
         Command::new(HARNESS)
@@ -297,7 +300,7 @@ fn lab_up_prints_a_kubeconfig_for_the_hosts_kubectl_and_lab_kubectl_and_lab_down
     use std::io::{BufRead, BufReader};
     use std::process::Stdio;
 
-    let n = unused_number();
+    let n = unused_number(1);
     let name = format!("lab-{n}");
     let mut child = Command::new(HARNESS)
         .args(["lab", "up", "--no-vm", "--control-plane", "--lab", &n.to_string()])
