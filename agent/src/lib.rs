@@ -27,4 +27,5 @@ pub mod sockets;
 pub mod source_digest;
 pub mod start;
 pub mod supervisor;
+pub mod test_binary;
 pub mod validate;

@@ -49,7 +49,7 @@ fn install(config: &serde_json::Value, rootfs: &Path) -> Output {
     let work = tempfile::tempdir().unwrap();
     let config_path = work.path().join("config.json");
     fs::write(&config_path, config.to_string()).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_unbounded-agent"))
+    Command::new(agent::test_binary!("unbounded-agent"))
         .args(["coredns", "install", "--config"])
         .arg(&config_path)
         .arg("--rootfs")

@@ -4,9 +4,9 @@
 
 use std::path::Path;
 
-/// The agent binary cargo built for these tests.
-fn binary() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_unbounded-agent"))
+/// The agent binary built for these tests (where nextest unpacked it, in an archive run).
+fn binary() -> std::path::PathBuf {
+    agent::test_binary!("unbounded-agent")
 }
 
 /// The workspace holding `agent/`.

@@ -4,10 +4,11 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-const BIN: &str = env!("CARGO_BIN_EXE_unbounded-agent");
+static BIN: std::sync::LazyLock<std::path::PathBuf> =
+    std::sync::LazyLock::new(|| agent::test_binary!("unbounded-agent"));
 
 fn agent(args: &[&str]) -> Output {
-    Command::new(BIN).args(args).output().unwrap()
+    Command::new(&*BIN).args(args).output().unwrap()
 }
 
 fn case(name: &str) -> serde_json::Value {

@@ -15,7 +15,7 @@ fn crd_dir() -> PathBuf {
 }
 
 fn agent_bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_unbounded-agent"))
+    Command::new(agent::test_binary!("unbounded-agent"))
 }
 
 #[test]

@@ -12,10 +12,11 @@ use agent::hostnet::{ResetPaths, nft};
 use agent::names::Slot;
 use hostnet_support::*;
 
-const AGENT: &str = env!("CARGO_BIN_EXE_unbounded-agent");
+static AGENT: std::sync::LazyLock<std::path::PathBuf> =
+    std::sync::LazyLock::new(|| agent::test_binary!("unbounded-agent"));
 
 fn agent(args: &[&str]) -> Output {
-    Command::new(AGENT)
+    Command::new(&*AGENT)
         .args(args)
         .output()
         .expect("run unbounded-agent")
@@ -228,8 +229,8 @@ fn reset_reports_a_failure_to_list_tables_as_failed_not_absent() {
             "--clear-groups",
             "--inh-caps=-all",
             "--bounding-set=-all",
-            AGENT,
         ])
+        .arg(&*AGENT)
         .args([
             "localdns",
             "network",

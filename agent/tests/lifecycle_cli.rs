@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 fn agent(root: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_unbounded-agent"))
+    Command::new(agent::test_binary!("unbounded-agent"))
         .args(args)
         .arg("--root")
         .arg(root)

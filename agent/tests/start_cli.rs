@@ -69,7 +69,7 @@ fn start(config: &Value, prepare: impl FnOnce(&Path)) -> Run {
     std::fs::write(&config_path, serde_json::to_vec_pretty(config).unwrap()).unwrap();
     prepare(root.path());
     let before = snapshot(root.path());
-    let output = Command::new(env!("CARGO_BIN_EXE_unbounded-agent"))
+    let output = Command::new(agent::test_binary!("unbounded-agent"))
         .args(["start", "--config"])
         .arg(&config_path)
         .arg("--root")

@@ -28,7 +28,8 @@ use coredns_support::{Kill, dns_rcode, find_coredns, local_dns_goal};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-const SUPERVISOR: &str = env!("CARGO_BIN_EXE_unbounded-localdns-supervisor");
+static SUPERVISOR: std::sync::LazyLock<std::path::PathBuf> =
+    std::sync::LazyLock::new(|| agent::test_binary!("unbounded-localdns-supervisor"));
 /// Kills in a row (the fault scenario's count).
 const KILLS: usize = 20;
 /// Past this, DNS is not coming back: the test fails (a bound for a broken supervisor, not a
@@ -98,7 +99,7 @@ impl Supervised {
         std::fs::write(&corefile, agent::render::corefile::render(&goal).unwrap()).unwrap();
         let notify_path = dir.path().join("notify.sock");
         let notify = UnixDatagram::bind(&notify_path).unwrap();
-        let mut cmd = Command::new(SUPERVISOR);
+        let mut cmd = Command::new(&*SUPERVISOR);
         cmd.args(args).env_clear().env("PATH", "/usr/bin:/bin");
         for line in agent::render::machine::environment(&goal).lines() {
             if let Some((k, v)) = line.split_once('=').filter(|_| !line.starts_with('#')) {

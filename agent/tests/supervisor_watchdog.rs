@@ -4,7 +4,8 @@
 
 use std::process::{Command, Output};
 
-const BIN: &str = env!("CARGO_BIN_EXE_unbounded-localdns-supervisor");
+static BIN: std::sync::LazyLock<std::path::PathBuf> =
+    std::sync::LazyLock::new(|| agent::test_binary!("unbounded-localdns-supervisor"));
 
 /// Runs `command` with only the supervisor's environment file's variables, `WATCHDOG_USEC=1000000`
 /// (a tick of 200 ms) and `extra`; CoreDNS points at a file that does not exist.
@@ -38,7 +39,7 @@ const OFF: &str = "no systemd watchdog for this process: a health check every 12
 #[test]
 fn watchdog_without_pid_is_taken() {
     let dir = tempfile::tempdir().unwrap();
-    let log = log_of(&with_settings(Command::new(BIN), dir.path(), &[]));
+    let log = log_of(&with_settings(Command::new(&*BIN), dir.path(), &[]));
     assert!(log.contains(ON) && !log.contains(OFF), "{log}");
 }
 
@@ -47,7 +48,9 @@ fn watchdog_naming_the_supervisors_pid_is_taken() {
     let dir = tempfile::tempdir().unwrap();
     // The shell's PID is the supervisor's: `exec` keeps it.
     let mut shell = Command::new("/bin/sh");
-    shell.args(["-c", "export WATCHDOG_PID=$$; exec \"$0\"", BIN]);
+    shell
+        .args(["-c", "export WATCHDOG_PID=$$; exec \"$0\""])
+        .arg(&*BIN);
     let log = log_of(&with_settings(shell, dir.path(), &[]));
     assert!(log.contains(ON) && !log.contains(OFF), "{log}");
 }
@@ -57,6 +60,6 @@ fn watchdog_for_another_pid_is_ignored() {
     let dir = tempfile::tempdir().unwrap();
     // This test's own PID: never the supervisor's.
     let pid = ("WATCHDOG_PID", std::process::id().to_string());
-    let log = log_of(&with_settings(Command::new(BIN), dir.path(), &[pid]));
+    let log = log_of(&with_settings(Command::new(&*BIN), dir.path(), &[pid]));
     assert!(log.contains(OFF) && !log.contains(ON), "{log}");
 }

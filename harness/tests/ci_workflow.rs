@@ -524,3 +524,29 @@ fn every_cache_key_hashes_the_inputs_of_what_it_holds() {
         }
     }
 }
+
+/// PR CI's test jobs run a nextest archive unpacked elsewhere than it was built, where cargo's
+/// build-time `CARGO_BIN_EXE_<name>` paths do not exist: every integration test finds the
+/// workspace's binaries through `agent::test_binary!`, which prefers nextest's run-time path.
+#[test]
+fn no_integration_test_names_a_binary_by_its_build_time_path() {
+    let mut offenders = Vec::new();
+    for krate in ["agent", "harness", "scenarios", "rehearsal"] {
+        let dir = repo_root().join(krate).join("tests");
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for path in entries.filter_map(|e| e.ok().map(|e| e.path())) {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            // The guest tests look for the binary in the VM themselves and fall back to this.
+            let allowed = path.file_name().is_some_and(|n| n == "guest_hostnet.rs");
+            if text.contains(concat!("env!(\"CARGO_BIN_", "EXE_")) && !allowed {
+                offenders.push(path.display().to_string());
+            }
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "use agent::test_binary!(...) in: {offenders:?}"
+    );
+}

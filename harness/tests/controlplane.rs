@@ -18,7 +18,8 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ObjectMeta, PostParams};
 
-const HARNESS: &str = env!("CARGO_BIN_EXE_harness");
+static HARNESS: std::sync::LazyLock<std::path::PathBuf> =
+    std::sync::LazyLock::new(|| agent::test_binary!("harness"));
 
 fn start(test: &str) -> Lab {
     let started = Instant::now();
@@ -274,7 +275,7 @@ fn lab_up_without_the_clusters_images_fails_at_once_naming_harness_images_build(
     let n = unused_number(0).to_string();
     let started = Instant::now();
     let out = agent::exec::run_unchecked(
-        Command::new(HARNESS)
+        Command::new(&*HARNESS)
             .args(["lab", "up", "--no-vm", "--control-plane", "--lab", &n])
             .env("LAB_CACHE_DIR", empty_cache.path()),
     )
@@ -302,7 +303,7 @@ fn lab_up_prints_a_kubeconfig_for_the_hosts_kubectl_and_lab_kubectl_and_lab_down
 
     let n = unused_number(1);
     let name = format!("lab-{n}");
-    let mut child = Command::new(HARNESS)
+    let mut child = Command::new(&*HARNESS)
         .args(["lab", "up", "--no-vm", "--control-plane", "--lab", &n.to_string()])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -336,7 +337,7 @@ fn lab_up_prints_a_kubeconfig_for_the_hosts_kubectl_and_lab_kubectl_and_lab_down
         .expect("a line on stdout")
         .unwrap();
     let asked =
-        agent::exec::run_stdout(Command::new(HARNESS).args(["lab", "kubeconfig", "--lab", &n.to_string()]))
+        agent::exec::run_stdout(Command::new(&*HARNESS).args(["lab", "kubeconfig", "--lab", &n.to_string()]))
             .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(asked.trim(), printed);
     let cache = harness::cache::Cache::open().unwrap();
@@ -353,7 +354,7 @@ fn lab_up_prints_a_kubeconfig_for_the_hosts_kubectl_and_lab_kubectl_and_lab_down
     .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(readyz.trim(), "ok");
     // `harness lab kubectl` runs that kubectl with that kubeconfig, and passes its exit status on.
-    let through = agent::exec::run_stdout(Command::new(HARNESS).args([
+    let through = agent::exec::run_stdout(Command::new(&*HARNESS).args([
         "lab",
         "kubectl",
         "--lab",
@@ -365,7 +366,7 @@ fn lab_up_prints_a_kubeconfig_for_the_hosts_kubectl_and_lab_kubectl_and_lab_down
     ]))
     .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(through.trim(), "ok");
-    let wrong = agent::exec::run_unchecked(Command::new(HARNESS).args([
+    let wrong = agent::exec::run_unchecked(Command::new(&*HARNESS).args([
         "lab",
         "kubectl",
         "--lab",
@@ -407,7 +408,7 @@ fn lab_up_prints_a_kubeconfig_for_the_hosts_kubectl_and_lab_kubectl_and_lab_down
         netns::exists(&name),
         "SIGKILL cannot clean up; the namespace stays for the sweep"
     );
-    agent::exec::run(Command::new(HARNESS).args(["lab", "down", "--lab", &n.to_string()])).unwrap();
+    agent::exec::run(Command::new(&*HARNESS).args(["lab", "down", "--lab", &n.to_string()])).unwrap();
     assert!(!netns::exists(&name));
     assert!(!harness::lab::owner::run_dir(&name).exists());
     assert!(

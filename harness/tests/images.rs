@@ -201,7 +201,7 @@ fn images_list_prints_json_with_each_entrys_kind_key_path_and_size() {
     let root = tempfile::tempdir().unwrap();
     let list = || {
         let out = agent::exec::run_stdout(
-            Command::new(env!("CARGO_BIN_EXE_harness"))
+            Command::new(agent::test_binary!("harness"))
                 .args(["images", "list", "--output", "json"])
                 .env("LAB_CACHE_DIR", root.path()),
         )

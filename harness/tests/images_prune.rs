@@ -71,7 +71,7 @@ impl Fixture {
 
     /// Runs the real `harness` binary with this cache, run and state directories.
     fn harness(&self, args: &[&str]) -> Output {
-        let output = Command::new(env!("CARGO_BIN_EXE_harness"))
+        let output = Command::new(agent::test_binary!("harness"))
             .args(args)
             .env("LAB_CACHE_DIR", self.cache.root())
             .env("LAB_RUN_DIR", self.dir.path().join("run"))

@@ -12,7 +12,8 @@ use harness::lab::{netns, owner};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-const HARNESS: &str = env!("CARGO_BIN_EXE_harness");
+static HARNESS: std::sync::LazyLock<std::path::PathBuf> =
+    std::sync::LazyLock::new(|| agent::test_binary!("harness"));
 
 /// A lab number nobody uses now, from the top of the range (tests start at the bottom).
 fn unused_number(skip: u8) -> u8 {
@@ -29,7 +30,7 @@ fn unused_number(skip: u8) -> u8 {
 
 /// Starts `harness lab up --no-vm --foreground --lab <n>` and waits until it says the lab runs.
 fn lab_up(n: u8) -> Child {
-    let mut child = Command::new(HARNESS)
+    let mut child = Command::new(&*HARNESS)
         .args(["lab", "up", "--no-vm", "--foreground", "--lab", &n.to_string()])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -108,7 +109,7 @@ fn lab_up_answers_its_example_name_and_lab_down_from_another_terminal_stops_it_l
     .unwrap();
     assert_eq!(hello.trim(), bridge, "hello.lab.test");
 
-    let down = agent::exec::run(Command::new(HARNESS).args(["lab", "down", "--lab", &n.to_string()]));
+    let down = agent::exec::run(Command::new(&*HARNESS).args(["lab", "down", "--lab", &n.to_string()]));
     assert!(down.is_ok(), "{}", down.unwrap_err());
     let status = wait_exit(&mut up);
     assert!(status.success(), "`harness lab up` exited with {status}");
@@ -119,8 +120,9 @@ fn lab_up_answers_its_example_name_and_lab_down_from_another_terminal_stops_it_l
 fn lab_up_returns_once_the_lab_runs_and_leaves_it_to_lab_down() {
     let n = unused_number(4);
     let name = format!("lab-{n}");
-    let up = agent::exec::run(Command::new(HARNESS).args(["lab", "up", "--no-vm", "--lab", &n.to_string()]))
-        .unwrap_or_else(|e| panic!("{e}"));
+    let up =
+        agent::exec::run(Command::new(&*HARNESS).args(["lab", "up", "--no-vm", "--lab", &n.to_string()]))
+            .unwrap_or_else(|e| panic!("{e}"));
     let said = String::from_utf8_lossy(&up.stderr);
     assert!(
         said.contains("is running") && said.contains("keeps running"),
@@ -136,7 +138,7 @@ fn lab_up_returns_once_the_lab_runs_and_leaves_it_to_lab_down() {
         String::from_utf8_lossy(&dig.stdout).contains("NXDOMAIN"),
         "the lab's DNS does not answer"
     );
-    agent::exec::run(Command::new(HARNESS).args(["lab", "down", "--lab", &n.to_string()])).unwrap();
+    agent::exec::run(Command::new(&*HARNESS).args(["lab", "down", "--lab", &n.to_string()])).unwrap();
     assert_nothing_left(n);
 }
 
@@ -160,14 +162,14 @@ fn lab_down_removes_a_lab_whose_owner_was_killed() {
         netns::exists(&format!("lab-{n}")),
         "SIGKILL cannot clean up; the lab should still be there"
     );
-    agent::exec::run(Command::new(HARNESS).args(["lab", "down", "--lab", &n.to_string()])).unwrap();
+    agent::exec::run(Command::new(&*HARNESS).args(["lab", "down", "--lab", &n.to_string()])).unwrap();
     assert_nothing_left(n);
 }
 
 #[test]
 fn lab_up_with_a_missing_node_config_fails_naming_the_file_and_starts_nothing() {
     let n = unused_number(3);
-    let out = agent::exec::run_unchecked(Command::new(HARNESS).args([
+    let out = agent::exec::run_unchecked(Command::new(&*HARNESS).args([
         "lab",
         "up",
         "--lab",
@@ -190,7 +192,7 @@ fn a_run_without_root_stops_at_once_in_one_line() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let copy = dir.path().join("harness");
-    std::fs::copy(HARNESS, &copy).unwrap();
+    std::fs::copy(&*HARNESS, &copy).unwrap();
     std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
     let n = unused_number(5);
     let out = agent::exec::run_unchecked(
@@ -218,7 +220,7 @@ fn lab_status_and_logs_describe_a_running_lab_from_another_process() {
     let mut up = lab_up(n);
     let lab = n.to_string();
     let out =
-        agent::exec::run(Command::new(HARNESS).args(["lab", "status", "--lab", &lab, "--output", "json"]))
+        agent::exec::run(Command::new(&*HARNESS).args(["lab", "status", "--lab", &lab, "--output", "json"]))
             .unwrap();
     let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(status["lab"], format!("lab-{n}"));
@@ -231,11 +233,12 @@ fn lab_status_and_logs_describe_a_running_lab_from_another_process() {
         std::path::Path::new(log_dir).join("dns-queries.log").is_file(),
         "{status}"
     );
-    let text = agent::exec::run_stdout(Command::new(HARNESS).args(["lab", "status", "--lab", &lab])).unwrap();
+    let text =
+        agent::exec::run_stdout(Command::new(&*HARNESS).args(["lab", "status", "--lab", &lab])).unwrap();
     assert!(text.contains("no VMs") && text.contains(log_dir), "{text}");
     // `lab list --output json`: the lab with its live owner, not stale, no VMs.
     let listed: serde_json::Value = serde_json::from_str(
-        &agent::exec::run_stdout(Command::new(HARNESS).args(["lab", "list", "--output", "json"])).unwrap(),
+        &agent::exec::run_stdout(Command::new(&*HARNESS).args(["lab", "list", "--output", "json"])).unwrap(),
     )
     .unwrap();
     let entry = listed
@@ -250,7 +253,7 @@ fn lab_status_and_logs_describe_a_running_lab_from_another_process() {
     let tmp = tempfile::tempdir().unwrap();
     let into = tmp.path().join("logs");
     let dir = agent::exec::run_stdout(
-        Command::new(HARNESS)
+        Command::new(&*HARNESS)
             .args(["lab", "logs", "--lab", &lab, "--out"])
             .arg(&into),
     )
@@ -263,9 +266,9 @@ fn lab_status_and_logs_describe_a_running_lab_from_another_process() {
     assert!(record.contains(&format!("\"name\": \"lab-{n}\"")), "{record}");
     assert!(into.join("lab/dns-queries.log").is_file() && into.join("lab/http-requests.log").is_file());
 
-    agent::exec::run(Command::new(HARNESS).args(["lab", "down", "--lab", &lab])).unwrap();
+    agent::exec::run(Command::new(&*HARNESS).args(["lab", "down", "--lab", &lab])).unwrap();
     assert!(wait_exit(&mut up).success());
     assert_nothing_left(n);
-    let gone = agent::exec::run(Command::new(HARNESS).args(["lab", "status", "--lab", &lab])).unwrap_err();
+    let gone = agent::exec::run(Command::new(&*HARNESS).args(["lab", "status", "--lab", &lab])).unwrap_err();
     assert!(gone.to_string().contains("is not running"), "{gone}");
 }

@@ -36,7 +36,7 @@ fn lab() -> String {
 /// Types `command` into `harness vm shell NAME` (the hvc0 console) until `expect` shows up,
 /// then leaves with Ctrl-]; returns what the shell printed.
 fn cli_shell(lab: &str, name: &str, command: &str, expect: &str, timeout: Duration) -> String {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_harness"))
+    let mut child = Command::new(agent::test_binary!("harness"))
         .args(["vm", "shell", name])
         .env("LAB_NAME", lab)
         .stdin(Stdio::piped())

@@ -13,10 +13,11 @@ use harness::cache::Cache;
 use harness::lab::{Lab, LabSpec, keep, netns, owner};
 use harness::vm::{BootImage, Vm};
 
-const HARNESS: &str = env!("CARGO_BIN_EXE_harness");
+static HARNESS: std::sync::LazyLock<std::path::PathBuf> =
+    std::sync::LazyLock::new(|| agent::test_binary!("harness"));
 
 fn harness(args: &[&str]) -> String {
-    agent::exec::run_stdout(Command::new(HARNESS).args(args)).unwrap_or_else(|e| panic!("{e}"))
+    agent::exec::run_stdout(Command::new(&*HARNESS).args(args)).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Waits for the hold's notice in `<evidence>/kept.txt`.
@@ -55,7 +56,7 @@ fn look_then_take_down(number: u8, evidence: &Path) -> Child {
         serde_json::from_str(&harness(&["lab", "status", "--lab", &n, "--output", "json"])).unwrap();
     assert_eq!(status["owner"]["pid"], std::process::id(), "{status}");
     assert_eq!(status["vms"][0]["name"], "localdns", "{status}");
-    Command::new(HARNESS)
+    Command::new(&*HARNESS)
         .args(["lab", "down", "--lab", &n])
         .spawn()
         .expect("starting `harness lab down`")

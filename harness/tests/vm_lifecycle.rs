@@ -35,7 +35,7 @@ fn lab() -> String {
 }
 
 fn harness_cli(lab: &str, args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_harness"))
+    Command::new(agent::test_binary!("harness"))
         .arg("vm")
         .args(args)
         .env("LAB_NAME", lab)
@@ -154,7 +154,7 @@ fn vm_runs_commands_copies_files_reboots_resets_and_powers_off() {
         String::from_utf8_lossy(&exec.stderr)
     );
     // Its output comes as the command runs, and a command past `--timeout` names the flag.
-    let mut streaming = Command::new(env!("CARGO_BIN_EXE_harness"))
+    let mut streaming = Command::new(agent::test_binary!("harness"))
         .args([
             "vm",
             "exec",
