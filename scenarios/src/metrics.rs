@@ -177,6 +177,9 @@ fn parse_value(text: &str) -> anyhow::Result<f64> {
 pub fn fetch_from_lab(lab: &Lab, addr: SocketAddr) -> anyhow::Result<String> {
     let url = format!("http://{addr}/metrics");
     let mut curl = lab.command("curl");
+    // Retried: right after a node is resumed from its checkpoint, the supervisor may take the
+    // CoreDNS that slept through the clock jump for hung and hand over to its standby (~2 s),
+    // and a scrape in between gets an empty reply (curl's exit 52).
     curl.args([
         "--silent",
         "--show-error",
@@ -185,6 +188,11 @@ pub fn fetch_from_lab(lab: &Lab, addr: SocketAddr) -> anyhow::Result<String> {
         "*",
         "--max-time",
         "20",
+        "--retry",
+        "4",
+        "--retry-delay",
+        "3",
+        "--retry-all-errors",
         &url,
     ]);
     agent::exec::run_stdout(&mut curl)
