@@ -278,11 +278,20 @@ fn inputs(spec: &VmSpec, accel: Accel, qemu_version: &str) -> StateInputs {
 }
 
 /// Replaces a file with a new one of the same content, as a rebuild would.
+/// Writes `path` again with the same bytes, as a rebuild would: a new file whose mtime is later
+/// (by whole seconds, as the state key reads mtimes; a real rebuild takes longer than that).
 fn rebuild(path: &Path) {
     let bytes = std::fs::read(path).unwrap();
+    let before = std::fs::metadata(path).unwrap().modified().unwrap();
     std::fs::remove_file(path).unwrap();
-    std::thread::sleep(Duration::from_millis(10));
     std::fs::write(path, bytes).unwrap();
+    let later = before.max(std::time::SystemTime::now()) + Duration::from_secs(2);
+    std::fs::File::options()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_modified(later)
+        .unwrap();
 }
 
 #[test]

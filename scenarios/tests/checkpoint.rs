@@ -132,18 +132,20 @@ fn the_kubelet_renewed_its_lease_after_the_resume(node: &JoinedNode) -> anyhow::
     Ok(())
 }
 
-/// How many Lease updates may fail after the resume: the one in flight on the saved connection
-/// (the new lab's API server resets it).
+/// How many Lease updates may fail after the resume for another reason than a connection the
+/// resume closed (for instance one timing out while the guest's neighbours are learnt again).
 const LEASE_FAILURES_AFTER_RESUME: usize = 1;
 
-/// What the kubelet logs for a connection the resume itself closed: right after the VM resumes,
+/// What the kubelet logs for a connection the resume itself closed: the new lab's API server
+/// resets every connection the saved node had open (`connection reset by peer`, on a read or on a
+/// write, once per connection the kubelet's client still held), and right after the VM resumes
 /// `ss -K` ends the guest's connections to the saved API server (`harness::checkpoint::node`),
-/// which can catch one the kubelet had just opened again (`ECONNABORTED` on the guest's side).
-const CLOSED_BY_THE_RESUME: &str = "software caused connection abort";
+/// which can catch one the kubelet had just opened again (`software caused connection abort`).
+const CLOSED_BY_THE_RESUME: [&str; 2] = ["connection reset by peer", "software caused connection abort"];
 
 /// The kubelet's Lease updates logged since the checkpoint was saved (so after the resume: the
-/// VM was paused in between) failed at most once, not counting a connection the resume closed on
-/// purpose ([`CLOSED_BY_THE_RESUME`]): the resumed guest reaches the new lab at once. A guest still
+/// VM was paused in between) failed at most once for another reason than a connection the resume
+/// closed ([`CLOSED_BY_THE_RESUME`]): the resumed guest reaches the new lab at once. A guest still
 /// sending to the saved lab's bridge MAC failed 4–5 times in ~55 s (timeouts).
 fn the_kubelet_reached_the_cluster_at_its_first_retry(
     node: &JoinedNode,
@@ -162,14 +164,15 @@ fn the_kubelet_reached_the_cluster_at_its_first_retry(
     ))?;
     let failures = journal
         .lines()
-        .filter(|l| !l.trim().is_empty() && !l.contains(CLOSED_BY_THE_RESUME))
+        .filter(|l| !l.trim().is_empty())
+        .filter(|l| !CLOSED_BY_THE_RESUME.iter().any(|closed| l.contains(closed)))
         .count();
     ensure!(
         failures <= LEASE_FAILURES_AFTER_RESUME,
-        "the resumed kubelet failed to update its Lease {failures} times (more than the one in \
-         flight when the node was saved):\n{journal}"
+        "the resumed kubelet failed to update its Lease {failures} times for another reason than \
+         a connection the resume closed (at most {LEASE_FAILURES_AFTER_RESUME} may):\n{journal}"
     );
-    eprintln!("==> the resumed kubelet's Lease updates failed {failures} time(s)");
+    eprintln!("==> the resumed kubelet's Lease updates failed {failures} time(s) besides closed connections");
     Ok(())
 }
 
