@@ -16,6 +16,7 @@ pub mod inspect;
 pub mod kind;
 pub mod lab;
 pub mod node_config;
+pub mod phase_clock;
 pub mod progress;
 pub mod repo;
 pub mod suite_times;

@@ -6,6 +6,8 @@
 use std::path::Path;
 
 use serde::Deserialize;
+
+use crate::phase_clock::PhaseTimes;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
@@ -61,6 +63,9 @@ struct Testcase {
     failure: Option<serde::de::IgnoredAny>,
     #[serde(default)]
     error: Option<serde::de::IgnoredAny>,
+    /// The test's stderr (nextest stores passing tests' output with `store-success-output`).
+    #[serde(rename = "system-err", default)]
+    system_err: Option<String>,
 }
 
 /// One test of the report.
@@ -76,6 +81,9 @@ pub struct TestTime {
     pub passed: bool,
     /// In the `vm` test group.
     pub vm: bool,
+    /// Getting a node, waiting, checking: the last `==> phases:` line of its stderr
+    /// ([`crate::phase_clock`]), when it printed one and the report stored it.
+    pub phases: Option<PhaseTimes>,
 }
 
 /// A run's times.
@@ -155,6 +163,7 @@ impl SuiteTimes {
                 start: first.map_or(0.0, |f| (at - f).as_seconds_f64()),
                 secs: case.time,
                 passed: case.failure.is_none() && case.error.is_none(),
+                phases: case.system_err.as_deref().and_then(PhaseTimes::parse_last),
                 name: case.name,
                 binary,
             })
@@ -172,6 +181,23 @@ impl SuiteTimes {
         let mut vm: Vec<&TestTime> = self.tests.iter().filter(|t| t.vm).collect();
         vm.sort_by(|a, b| b.secs.total_cmp(&a.secs));
         vm
+    }
+
+    /// The VM tests' phases added up (those that printed them) and how many did.
+    pub fn phases_total(&self) -> (PhaseTimes, usize) {
+        let with: Vec<PhaseTimes> = self
+            .tests
+            .iter()
+            .filter(|t| t.vm)
+            .filter_map(|t| t.phases)
+            .collect();
+        let sum = |f: fn(&PhaseTimes) -> f64| with.iter().map(f).sum();
+        let total = PhaseTimes {
+            getting_node: sum(|p| p.getting_node),
+            waiting: sum(|p| p.waiting),
+            checking: sum(|p| p.checking),
+        };
+        (total, with.len())
     }
 
     /// How the `vm` group's `lanes` were used (see [`Lanes`]).
@@ -225,7 +251,11 @@ mod tests {
     <testcase name="unit" classname="agent" timestamp="2026-01-01T00:00:00.000+00:00" time="0.5"/>
   </testsuite>
   <testsuite name="scenarios::bootstrap" tests="2">
-    <testcase name="join::a" classname="scenarios::bootstrap" timestamp="2026-01-01T00:00:01.000+00:00" time="100"/>
+    <testcase name="join::a" classname="scenarios::bootstrap" timestamp="2026-01-01T00:00:01.000+00:00" time="100">
+      <system-err>==&gt; resuming ...
+==&gt; phases: getting a node 60.0 s, waiting 10.5 s, checking 29.5 s
+</system-err>
+    </testcase>
     <testcase name="join::b" classname="scenarios::bootstrap" timestamp="2026-01-01T00:00:01.000+00:00" time="40">
       <failure type="test failure">boom</failure>
     </testcase>
@@ -243,6 +273,15 @@ mod tests {
         let b = times.tests.iter().find(|t| t.name == "join::b").unwrap();
         assert_eq!((b.start, b.secs, b.passed, b.vm), (1.0, 40.0, false, true));
         assert!(!times.tests[0].vm, "a unit test is not a VM test");
+        let a = times.tests.iter().find(|t| t.name == "join::a").unwrap();
+        let phases = a.phases.expect("join::a printed its phases");
+        assert_eq!(
+            (phases.getting_node, phases.waiting, phases.checking),
+            (60.0, 10.5, 29.5)
+        );
+        assert_eq!(b.phases, None, "join::b printed none");
+        let (total, with) = times.phases_total();
+        assert_eq!((total.getting_node, with), (60.0, 1));
         assert_eq!(times.span(), 101.0);
         let names: Vec<&str> = times.vm_tests().iter().map(|t| t.name.as_str()).collect();
         assert_eq!(names, ["join::a", "join::b", "kind"]);

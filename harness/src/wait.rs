@@ -35,6 +35,7 @@ pub fn wait_until<T, E: From<WaitTimeout>>(
     what: impl Display,
     mut attempt: impl FnMut() -> Attempt<T, E>,
 ) -> Result<T, E> {
+    let _waiting = crate::phase_clock::enter(crate::phase_clock::Phase::Waiting);
     let started = Instant::now();
     let mut pause = Duration::from_millis(50);
     let mut last_failure: String;

@@ -20,6 +20,7 @@ const POLL: Duration = Duration::from_secs(3);
 /// Waits until the kube-proxy pod of the node's Node is Running with its container ready;
 /// returns it. Fails with the pod's state when it does not get there within `timeout`.
 pub fn wait_kube_proxy_running(node: &JoinedNode, timeout: Duration) -> anyhow::Result<Pod> {
+    let _waiting = harness::phase_clock::enter(harness::phase_clock::Phase::Waiting);
     let pods: Api<Pod> = Api::namespaced(node.client.clone(), "kube-system");
     let params = ListParams::default()
         .labels("k8s-app=kube-proxy")

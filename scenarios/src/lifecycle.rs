@@ -187,6 +187,7 @@ pub fn node_boot_id(node: &JoinedNode) -> anyhow::Result<String> {
 
 /// Waits until the Node reports a `bootID` other than `old` (kubelet updates it after a restart).
 pub fn wait_new_boot_id(node: &JoinedNode, old: &str) -> anyhow::Result<String> {
+    let _waiting = harness::phase_clock::enter(harness::phase_clock::Phase::Waiting);
     let deadline = Instant::now() + node.deadline(3);
     loop {
         let now = node_boot_id(node)?;

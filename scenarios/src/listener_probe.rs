@@ -73,6 +73,7 @@ impl ListenerProbe {
     }
 
     fn wait_for(&self, vm: &Vm, done: impl Fn(u64, bool) -> bool, what: &str) -> anyhow::Result<()> {
+        let _waiting = harness::phase_clock::enter(harness::phase_clock::Phase::Waiting);
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let finished = vm.run_unchecked(&format!("test -e {DIR}/finished"))?.success();

@@ -38,6 +38,12 @@ pub struct JoinedNode {
     pub checkpoint: Option<PathBuf>,
 }
 
+/// Prints where the test's time went so far (`harness bench suite` reads the line back from
+/// nextest's JUnit report): getting the node, waiting for states, checking.
+pub(crate) fn print_phases() {
+    eprintln!("{}", harness::phase_clock::report_line());
+}
+
 /// Prints a step's time (scenarios are long; the output shows where the time goes).
 pub(crate) fn step<T>(what: &str, f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<T> {
     let started = Instant::now();
@@ -60,6 +66,7 @@ pub struct ClusterLab {
 impl ClusterLab {
     /// Lab with control plane → artifacts published → VM named after the node booted.
     pub fn boot(node: NodeConfig) -> anyhow::Result<ClusterLab> {
+        let _getting_node = harness::phase_clock::enter(harness::phase_clock::Phase::GettingNode);
         let test = crate::test_name();
         let cache = harness::cache::Cache::open()?;
         let image = harness::images::host::require(&cache)?;
@@ -99,6 +106,7 @@ impl ClusterLab {
 
     /// Stops the VM, then the lab, and checks that nothing of either is left.
     pub fn shutdown(self) -> anyhow::Result<()> {
+        print_phases();
         self.vm.shutdown()?;
         self.lab.shutdown()?;
         Ok(())
@@ -118,6 +126,7 @@ impl JoinedNode {
         node_config: &Path,
         before_deploy: impl FnOnce(&ClusterLab) -> anyhow::Result<()>,
     ) -> anyhow::Result<JoinedNode> {
+        let _getting_node = harness::phase_clock::enter(harness::phase_clock::Phase::GettingNode);
         let node = NodeConfig::load(node_config)?;
         let booted = ClusterLab::boot(node)?;
         step("preparing the VM before deploying", || before_deploy(&booted))?;
@@ -235,6 +244,7 @@ impl JoinedNode {
     pub fn run(mut self, case: impl FnOnce(&mut JoinedNode) -> anyhow::Result<()>) -> anyhow::Result<()> {
         let node = &mut self;
         if let Err(err) = case(node).and_then(|()| node.ensure_stayed_offline()) {
+            print_phases();
             let dir = node.collect_evidence(&format!("{err:#}"));
             let err = err.context(format!("evidence in {}", dir.display()));
             return Err(keep_if_asked(&node.lab, &node.vm, &node.test, err));
@@ -348,6 +358,7 @@ impl JoinedNode {
 
     /// Stops the VM, then the lab, and checks that nothing of either is left.
     pub fn shutdown(self) -> anyhow::Result<()> {
+        print_phases();
         let JoinedNode {
             vm,
             lab,

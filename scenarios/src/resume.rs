@@ -39,6 +39,7 @@ impl JoinedNode {
         node_config: &Path,
         before_deploy: impl FnOnce(&ClusterLab) -> anyhow::Result<()>,
     ) -> anyhow::Result<JoinedNode> {
+        let _getting_node = harness::phase_clock::enter(harness::phase_clock::Phase::GettingNode);
         if !checkpoint::enabled() {
             eprintln!("==> {}=1: joining for real", checkpoint::NO_CHECKPOINT_ENV);
             return JoinedNode::join_with(node_config, before_deploy);
@@ -55,6 +56,7 @@ impl JoinedNode {
     /// joins for real beside it. Should another test build the checkpoint first (this one waited
     /// for it), it joins for real all the same.
     pub fn join_for_real(node_config: &Path) -> anyhow::Result<JoinedNode> {
+        let _getting_node = harness::phase_clock::enter(harness::phase_clock::Phase::GettingNode);
         if !checkpoint::enabled() {
             return JoinedNode::join_with(node_config, prepare_host);
         }

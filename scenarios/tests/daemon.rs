@@ -209,6 +209,7 @@ fn journal_count(node: &JoinedNode, needle: &str) -> anyhow::Result<usize> {
 
 /// Waits until the daemon's journal holds `needle`.
 fn wait_for_journal(node: &JoinedNode, needle: &str) -> anyhow::Result<()> {
+    let _waiting = harness::phase_clock::enter(harness::phase_clock::Phase::Waiting);
     let deadline = Instant::now() + node.deadline(1);
     loop {
         let journal = node
@@ -374,6 +375,7 @@ fn set_localdns_in_the_configuration(node: &JoinedNode, enabled: bool) -> anyhow
 /// Waits until the active slot's applied config has LocalDNS `enabled`, no operation is under way
 /// and the Machine's `ConfigDrift` condition says `Applied`.
 fn wait_until_applied(node: &JoinedNode, machine: &str, enabled: bool) -> anyhow::Result<()> {
+    let _waiting = harness::phase_clock::enter(harness::phase_clock::Phase::Waiting);
     let deadline = Instant::now() + node.deadline(10);
     let machines: Api<Machine> = Api::all(node.client.clone());
     loop {

@@ -1,5 +1,7 @@
 //! `harness bench suite`: where a test run's time went, from nextest's JUnit report — the run's
-//! span, the `vm` group's lanes busy and idle, the lone tail, and each VM test longest first.
+//! span, the `vm` group's lanes busy and idle, the lone tail, and each VM test longest first with
+//! its time split into getting a node, waiting and checking (`harness::phase_clock`); "rest" is
+//! what the test spent outside those: its process starting and the lab's teardown.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -49,12 +51,27 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         lanes.idle,
         lanes.tail_alone
     );
-    println!("{:>7}  {:>7}  test", "secs", "start");
+    let (phases, with) = times.phases_total();
+    if with > 0 {
+        println!(
+            "phases of the {with} VM tests that print them: getting a node {:.0} s, waiting {:.0} s, checking {:.0} s",
+            phases.getting_node, phases.waiting, phases.checking
+        );
+    }
+    println!(
+        "{:>7}  {:>7}  {:>7}  {:>7}  {:>7}  {:>7}  test",
+        "secs", "start", "node", "waits", "checks", "rest"
+    );
+    let shown = |secs: Option<f64>| secs.map_or_else(|| "-".to_string(), |s| format!("{s:.0}"));
     for t in vm {
         println!(
-            "{:>7.1}  {:>7.0}  {} {}{}",
+            "{:>7.1}  {:>7.0}  {:>7}  {:>7}  {:>7}  {:>7}  {} {}{}",
             t.secs,
             t.start,
+            shown(t.phases.map(|p| p.getting_node)),
+            shown(t.phases.map(|p| p.waiting)),
+            shown(t.phases.map(|p| p.checking)),
+            shown(t.phases.map(|p| t.secs - p.getting_node - p.waiting - p.checking)),
             t.binary,
             t.name,
             if t.passed { "" } else { "  (FAILED)" }

@@ -67,6 +67,7 @@ pub async fn wait_node_ready_showing(
     timeout: Duration,
     show: &dyn Fn(&str),
 ) -> Result<Node, NotReady> {
+    let _waiting = crate::phase_clock::enter(crate::phase_clock::Phase::Waiting);
     let nodes: Api<Node> = Api::all(client.clone());
     let started = Instant::now();
     let mut last = "the Node is not registered".to_string();

@@ -40,6 +40,7 @@ impl Events {
 
     /// Waits until `done` says yes or `until` passes; returns the last state seen.
     pub fn wait_for(&self, until: Instant, mut done: impl FnMut(&EventState) -> bool) -> EventState {
+        let _waiting = crate::phase_clock::enter(crate::phase_clock::Phase::Waiting);
         let mut state = self.state.lock().expect("events lock");
         loop {
             if done(&state) {
