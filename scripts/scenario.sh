@@ -9,15 +9,15 @@
 # Needs root, the images
 # (`harness images build`, or scripts/lab-up.sh / scripts/test.sh once) and cargo-nextest
 # (scripts/setup.sh). Examples:
-#   scripts/scenario.sh --test metrics
-#   scripts/scenario.sh --test dns_wiring -E 'test(/localdns$/)'
+#   scripts/scenario.sh --test resumed_node
+#   SCENARIO_CHECK=metrics scripts/scenario.sh --test resumed_node -E 'test(/localdns$/)'
 #   scripts/scenario.sh -E 'test(/localdns_offline$/)'
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$REPO_ROOT"
 
 if [[ $# -eq 0 ]]; then
-  echo "usage: scripts/scenario.sh <cargo nextest run arguments>, e.g. --test metrics" >&2
+  echo "usage: scripts/scenario.sh <cargo nextest run arguments>, e.g. --test resumed_node" >&2
   names=(scenarios/tests/*.rs)
   names=("${names[@]#scenarios/tests/}")
   echo "       the scenario test binaries: ${names[*]%.rs}" >&2

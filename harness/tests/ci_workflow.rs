@@ -295,24 +295,50 @@ fn matcher_arguments<'a>(filter: &'a str, name: &str) -> Vec<&'a str> {
     found
 }
 
-/// Every integration test source of the workspace's packages, as (stem, text).
+/// Every integration test binary of the workspace's packages, as (name, its sources' text): a
+/// `tests/<name>.rs` file, or a `tests/<name>/` directory with a `main.rs` and its modules.
 fn test_sources() -> Vec<(String, String)> {
     ["agent", "harness", "scenarios"]
         .iter()
-        .flat_map(|package| {
-            let dir = repo_root().join(package).join("tests");
-            std::fs::read_dir(&dir)
-                .unwrap_or_else(|err| panic!("reading {}: {err}", dir.display()))
-                .map(|entry| entry.expect("a directory entry").path())
-                .filter(|path| path.extension().is_some_and(|e| e == "rs"))
-                .map(|path| {
-                    let stem = path.file_stem().unwrap().to_string_lossy().into_owned();
-                    let text = std::fs::read_to_string(&path).expect("a test source");
-                    (stem, text)
-                })
+        .flat_map(|package| test_binaries(&repo_root().join(package).join("tests")))
+        .map(|(name, files)| {
+            let text = files
+                .iter()
+                .map(|file| std::fs::read_to_string(file).expect("a test source"))
                 .collect::<Vec<_>>()
+                .join("\n");
+            (name, text)
         })
         .collect()
+}
+
+/// The test binaries under `dir` (a package's `tests/`), each with its source files.
+fn test_binaries(dir: &std::path::Path) -> Vec<(String, Vec<std::path::PathBuf>)> {
+    let rust_files = |dir: &std::path::Path| -> Vec<std::path::PathBuf> {
+        let mut files: Vec<_> = std::fs::read_dir(dir)
+            .unwrap_or_else(|err| panic!("reading {}: {err}", dir.display()))
+            .map(|entry| entry.expect("a directory entry").path())
+            .filter(|path| path.extension().is_some_and(|e| e == "rs"))
+            .collect();
+        files.sort();
+        files
+    };
+    let mut binaries: Vec<_> = std::fs::read_dir(dir)
+        .unwrap_or_else(|err| panic!("reading {}: {err}", dir.display()))
+        .map(|entry| entry.expect("a directory entry").path())
+        .filter_map(|path| {
+            let stem = path.file_stem()?.to_string_lossy().into_owned();
+            if path.is_dir() && path.join("main.rs").is_file() {
+                Some((stem, rust_files(&path)))
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                Some((stem, vec![path]))
+            } else {
+                None
+            }
+        })
+        .collect();
+    binaries.sort();
+    binaries
 }
 
 /// Why a `binary(...)` or `test(...)` matcher of a test job names nothing in the repository, if
@@ -533,10 +559,10 @@ fn no_integration_test_names_a_binary_by_its_build_time_path() {
     let mut offenders = Vec::new();
     for krate in ["agent", "harness", "scenarios", "rehearsal"] {
         let dir = repo_root().join(krate).join("tests");
-        let Ok(entries) = std::fs::read_dir(&dir) else {
+        if !dir.is_dir() {
             continue;
-        };
-        for path in entries.filter_map(|e| e.ok().map(|e| e.path())) {
+        }
+        for path in test_binaries(&dir).into_iter().flat_map(|(_, files)| files) {
             let text = std::fs::read_to_string(&path).unwrap_or_default();
             // The guest tests look for the binary in the VM themselves and fall back to this.
             let allowed = path.file_name().is_some_and(|n| n == "guest_hostnet.rs");

@@ -1,5 +1,5 @@
 //! A burst of pod queries to both listeners while conntrack is read: no entry may involve a
-//! listener address (docs/design.md §6, NOTRACK). Run by the `notrack` scenario and, after a host
+//! listener address (docs/design.md §6, NOTRACK). Run by the `notrack` check of the `resumed_node` scenario and, after a host
 //! reboot, by the lifecycle scenario.
 
 use std::cell::Cell;

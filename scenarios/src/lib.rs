@@ -12,6 +12,7 @@
 //! under `$LAB_ARTIFACTS_DIR/<test>/` (see
 //! `harness::evidence`), the lab's DNS and HTTP logs under `.../<test>/lab/`.
 
+pub mod checks;
 pub mod cluster;
 pub mod cni_results;
 pub mod conntrack_burst;

@@ -324,7 +324,16 @@ impl JoinedNode {
     /// the cluster's Nodes, Pods and Events, the control plane's logs, `index.txt`) and returns
     /// the directory.
     pub fn collect_evidence(&self, reason: &str) -> PathBuf {
-        let dir = harness::evidence::test_dir(&self.test);
+        self.collect_evidence_in(harness::evidence::test_dir(&self.test), reason)
+    }
+
+    /// [`JoinedNode::collect_evidence`] under `$LAB_ARTIFACTS_DIR/<test>/<part>/`: the evidence
+    /// of one of several checks on the node ([`crate::checks`]).
+    pub fn collect_evidence_under(&self, part: &str, reason: &str) -> PathBuf {
+        self.collect_evidence_in(harness::evidence::test_dir(&self.test).join(part), reason)
+    }
+
+    fn collect_evidence_in(&self, dir: PathBuf, reason: &str) -> PathBuf {
         if let Err(err) =
             std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(dir.join("reason.txt"), reason))
         {

@@ -1,6 +1,6 @@
 //! What pods on a joined node resolve, through the API server: lookup pods run to completion
-//! with their logs, and the `ClusterFirst` check shared by the scenarios (`dns_wiring` with
-//! LocalDNS, `bootstrap` without).
+//! with their logs, and the `ClusterFirst` check shared by the scenarios (`resumed_node`'s checks
+//! with LocalDNS, `bootstrap` without).
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Instant;

@@ -63,8 +63,8 @@ impl JoinedNode {
         let node = NodeConfig::load(node_config)?;
         let cache = Cache::open()?;
         let inputs = saved_node::inputs(&cache, &node, node_config)?;
-        // Only the configs other scenarios resume (those with LocalDNS: dns_wiring, metrics,
-        // notrack, the lifecycle cases); another's checkpoint would be saved for nobody.
+        // Only the configs other scenarios resume (those with LocalDNS: resumed_node, the
+        // lifecycle cases); another's checkpoint would be saved for nobody.
         if node.local_dns && checkpoint::find(&cache, &inputs).is_none() {
             let built = Cell::new(false);
             let saved = build_checkpoint(&cache, node_config, &inputs, || built.set(true))?;

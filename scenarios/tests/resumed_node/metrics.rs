@@ -1,4 +1,4 @@
-//! Scenario `metrics`: on a joined LocalDNS node, CoreDNS's Prometheus endpoint answers at
+//! The `metrics` check: on a joined LocalDNS node, CoreDNS's Prometheus endpoint answers at
 //! `<nodeIP>:9253` when scraped from the lab network (outside the VM) with `coredns_build_info`;
 //! `coredns_cache_hits_total` of the cluster listener rises when a `ClusterFirst` pod looks the
 //! same name up again and again; and nothing else serves metrics: `ss` shows :9253 bound on the
@@ -23,17 +23,10 @@ const CACHED_NAME: &str = "metrics-cache.lab.test";
 const CACHED_ADDRESS: Ipv4Addr = Ipv4Addr::new(10, 53, 0, 1);
 const CACHED_TTL: u32 = 300;
 
-/// One case per node config with LocalDNS on: `coredns_metrics_are_served_on_the_node_ip_only_and_count_pod_cache_hits::<config>`.
-mod coredns_metrics_are_served_on_the_node_ip_only_and_count_pod_cache_hits {
-    use scenarios::node_config_case;
-    scenarios::for_every_localdns_node_config!(
-        node_config_case,
-        scenarios::node::JoinedNode::run_case,
-        super::metrics
-    );
-}
-
-fn metrics(node: &mut JoinedNode) -> anyhow::Result<()> {
+/// The check this module's doc describes.
+pub(crate) fn coredns_metrics_are_served_on_the_node_ip_only_and_count_pod_cache_hits(
+    node: &mut JoinedNode,
+) -> anyhow::Result<()> {
     let name = node.deployed.name.clone();
     let configured = node
         .deployed

@@ -1,4 +1,4 @@
-//! Scenario `dns-wiring`: on a joined LocalDNS node, DNS goes where docs/design.md §1 and §5 say. The
+//! The `dns_wiring` check: on a joined LocalDNS node, DNS goes where docs/design.md §1 and §5 say. The
 //! machine's `/etc/resolv.conf` is the host's search/options plus `nameserver 169.254.10.10`
 //! only, and stays so after the machine restarts (`machinectl reboot`), when the machine still
 //! resolves through the node listener; kubelet's live configuration (`configz`) and its config
@@ -30,17 +30,10 @@ use scenarios::pod_dns::{
 /// cache, not the record, decides how long an answer is kept.
 const TTL: u32 = 300;
 
-/// One case per node config with LocalDNS on: `machine_and_pods_resolve_through_the_listeners_their_dns_policy_names::<config>`.
-mod machine_and_pods_resolve_through_the_listeners_their_dns_policy_names {
-    use scenarios::node_config_case;
-    scenarios::for_every_localdns_node_config!(
-        node_config_case,
-        scenarios::node::JoinedNode::run_case,
-        super::dns_wiring
-    );
-}
-
-fn dns_wiring(node: &mut JoinedNode) -> anyhow::Result<()> {
+/// The check this module's doc describes.
+pub(crate) fn machine_and_pods_resolve_through_the_listeners_their_dns_policy_names(
+    node: &mut JoinedNode,
+) -> anyhow::Result<()> {
     let name = node.deployed.name.clone();
     the_deployed_config_keeps_the_designed_listeners(node)?;
     node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;

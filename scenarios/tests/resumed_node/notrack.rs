@@ -1,4 +1,4 @@
-//! Scenario `notrack`: on a joined LocalDNS node the host holds exactly what docs/design.md §6 says — the
+//! The `notrack` check: on a joined LocalDNS node the host holds exactly what docs/design.md §6 says — the
 //! dummy link `localdns`, up, with exactly the two listener /32s; the table `ip
 //! unbounded_localdns` with its two raw-priority chains and exactly the 8 DNS request, 4 DNS reply
 //! and 4 `/ready` probe NOTRACK rules, each with the comment; the network unit ordered between
@@ -45,17 +45,10 @@ const EXPECTED_RULES: [&str; 16] = [
 ];
 const EXPECTED_ADDRESSES: [&str; 2] = ["169.254.10.10/32", "169.254.10.11/32"];
 
-/// One case per node config with LocalDNS on: `the_host_holds_exactly_the_designed_link_and_table_and_listener_dns_is_never_tracked::<config>`.
-mod the_host_holds_exactly_the_designed_link_and_table_and_listener_dns_is_never_tracked {
-    use scenarios::node_config_case;
-    scenarios::for_every_localdns_node_config!(
-        node_config_case,
-        scenarios::node::JoinedNode::run_case,
-        super::notrack
-    );
-}
-
-fn notrack(node: &mut JoinedNode) -> anyhow::Result<()> {
+/// The check this module's doc describes.
+pub(crate) fn the_host_holds_exactly_the_designed_link_and_table_and_listener_dns_is_never_tracked(
+    node: &mut JoinedNode,
+) -> anyhow::Result<()> {
     let local_dns = node.deployed.config.local_dns.clone().unwrap_or_default();
     ensure!(
         local_dns.node_listener_ip.is_none()
