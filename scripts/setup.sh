@@ -73,6 +73,7 @@ APT_PACKAGES=(
   nftables conntrack iproute2 dnsutils curl zstd e2fsprogs fakeroot
   shellcheck
   gcc libc6-dev busybox-static
+  python3
 )
 # The Kind cluster's container engine: Docker where its daemon runs (Kind's nodes then run there;
 # installing runc beside Docker's containerd.io would remove it), else Podman with Debian's runc

@@ -40,13 +40,18 @@ pub struct RawConfig {
     pub daemon: Option<DaemonConfig>,
 }
 
-/// The `Daemon` section: the credentials the daemon starts with.
+/// The `Daemon` section: the credentials the daemon starts with, and what a Machine may change.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct DaemonConfig {
     /// A token of the ServiceAccount `unbounded-system/agent-<MachineName>`; the daemon renews it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
+    /// The base addresses a Machine may point `Downloads` at, each download pinned
+    /// (docs/security.md); without it, only this config's own bases. Read from the node's config
+    /// only: a Machine cannot set it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_sources: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -109,6 +114,18 @@ pub struct DownloadSource {
     pub base_url: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
+    /// Pinned SHA-256 digests of the files fetched from this source, by binary (`kubelet`,
+    /// `kubectl`; `coredns`: the release archive or binary as downloaded). A pinned file is checked
+    /// against its pin, never against a `.sha256` sidecar.
+    #[serde(rename = "SHA256", default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<std::collections::BTreeMap<String, String>>,
+}
+
+impl DownloadSource {
+    /// The digest pinned for the binary `name`, if any.
+    pub fn pinned(&self, name: &str) -> Option<&str> {
+        self.sha256.as_ref()?.get(name).map(String::as_str)
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

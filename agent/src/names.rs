@@ -408,6 +408,10 @@ mod tests {
     #[case("/usr/local;rm", false)]
     #[case("/usr/../etc", false)]
     #[case("/usr/local\n", false)]
+    #[case("/usr/50%n", false)]
+    #[case("/usr/\"q\"", false)]
+    #[case("/usr/it's", false)]
+    #[case("/usr/$HOME", false)]
     fn unit_paths_are_absolute_and_free_of_separators(#[case] input: &str, #[case] ok: bool) {
         assert_eq!(input.parse::<UnitPath>().is_ok(), ok, "{input:?}");
     }

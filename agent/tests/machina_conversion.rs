@@ -51,6 +51,7 @@ fn full_config() -> RawConfig {
                 url: Some("http://192.168.101.1:8080/coredns_{version}_linux_{arch}.tgz".into()),
                 base_url: Some("http://192.168.101.1:8080/coredns".into()),
                 version: Some("1.12.4".into()),
+                sha256: Some([("coredns".to_owned(), "ab".repeat(32))].into()),
             }),
         }),
         local_dns: Some(full_local_dns()),
@@ -247,6 +248,8 @@ spec:
         url: "http://192.168.101.1:8080/coredns_{version}_linux_{arch}.tgz"
         baseURL: http://192.168.101.1:8080/coredns
         version: 1.12.4
+        sha256:
+          coredns: abababababababababababababababababababababababababababababababab
 "#;
     let machine: Machine = serde_yaml_ng::from_str(yaml).unwrap();
     let config = machine.to_agent_config(RawConfig::default());
@@ -364,11 +367,17 @@ fn download_strategy() -> impl Strategy<Value = DownloadSource> {
         opt("[a-z:/.{}_]{0,20}"),
         opt("[a-z:/.]{0,20}"),
         opt("[0-9.]{1,8}"),
+        proptest::option::of(proptest::collection::btree_map(
+            "[a-z]{1,8}",
+            "[0-9a-f]{64}",
+            0..3,
+        )),
     )
-        .prop_map(|(url, base_url, version)| DownloadSource {
+        .prop_map(|(url, base_url, version, sha256)| DownloadSource {
             url,
             base_url,
             version,
+            sha256,
         })
 }
 

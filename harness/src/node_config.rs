@@ -192,6 +192,7 @@ impl NodeConfig {
             daemon: match (&lab.daemon_token, self.daemon) {
                 (Some(token), true) => Some(DaemonConfig {
                     token: Some(token.clone()),
+                    ..Default::default()
                 }),
                 _ => None,
             },

@@ -530,6 +530,126 @@ async fn drift_that_cannot_be_applied_is_reported_once_and_cleared_when_it_is_go
         "{status:?}"
     );
     assert_eq!(status.phase, Some(MachinePhase::Ready));
+
+    a_machine_moving_coredns_to_another_server_is_refused_before_anything_is_fetched(
+        machines,
+        kubeconfig,
+        root.path(),
+        &config,
+        &applied,
+    )
+    .await;
+}
+
+/// The attack `daemon/source_policy.rs` stops: the Machine points CoreDNS at another server,
+/// which serves another file with a sidecar that matches it (a real HTTP server, `python3 -m
+/// http.server`). The daemon refuses before fetching anything: the Machine's status names the
+/// missing pin and the base the server is not below, no desired config is written, nothing is
+/// installed and the server saw no request.
+async fn a_machine_moving_coredns_to_another_server_is_refused_before_anything_is_fetched(
+    machines: &Api<Machine>,
+    kubeconfig: &Path,
+    root: &Path,
+    config: &Path,
+    applied: &serde_json::Value,
+) {
+    let served = tempfile::tempdir().unwrap();
+    let release = served.path().join("v1.15.0");
+    std::fs::create_dir_all(&release).unwrap();
+    let name = "coredns_1.15.0_linux_amd64.tgz";
+    std::fs::write(release.join(name), b"not the CoreDNS this node was given").unwrap();
+    let digest = agent::artifact::checksum::sha256_file(&release.join(name)).unwrap();
+    std::fs::write(
+        release.join(format!("{name}.sha256")),
+        format!("{digest}  {name}\n"),
+    )
+    .unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut server = Command::new("python3")
+        .args(["-m", "http.server", "--bind", "127.0.0.1", &port.to_string()])
+        .current_dir(served.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3 serves the other file");
+    let base = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "python3 -m http.server did not listen on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Reaching the server itself counts one request in its log; the daemon must add none.
+    let probe = format!("{base}/v1.15.0/{name}.sha256");
+    let fetched =
+        agent::exec::run_stdout(Command::new("curl").args(["-sf", &probe])).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        fetched.starts_with(&digest),
+        "the server serves a matching sidecar: {fetched}"
+    );
+
+    let mut machine = machines.get("drift-m1").await.unwrap();
+    machine.spec.agent = Some(agent::machina::AgentSpec {
+        downloads: Some(agent::machina::AgentDownloadsSpec {
+            core_dns: Some(agent::machina::DownloadSourceSpec {
+                base_url: Some(base.clone()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    machines
+        .replace("drift-m1", &PostParams::default(), &machine)
+        .await
+        .unwrap();
+    let out = run(daemon(kubeconfig, root, "drift-m1", true));
+    let _ = server.kill();
+    let log = server.wait_with_output().unwrap();
+    let requests = text(&log.stderr);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let status = machines.get("drift-m1").await.unwrap().status.expect("a status");
+    let condition = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "ConfigDrift")
+        .expect("ConfigDrift");
+    assert_eq!(
+        (condition.status.as_str(), condition.reason.as_str()),
+        ("False", "NotApplied"),
+        "{status:?}"
+    );
+    assert_eq!(status.phase, Some(MachinePhase::Failed));
+    for needle in [
+        "the Machine asks for downloads this node does not take",
+        "Downloads.CoreDNS.SHA256.coredns",
+        &format!("{base}/v1.15.0/{name}"),
+        "is not below a base this node's own config allows",
+    ] {
+        assert!(
+            condition.message.contains(needle),
+            "{needle:?} not in {:?}",
+            condition.message
+        );
+    }
+    assert_eq!(
+        requests.matches("GET ").count(),
+        1,
+        "the daemon fetched from the Machine's server:\n{requests}"
+    );
+    assert!(!root.join("etc/unbounded/agent/desired-config.json").exists());
+    assert!(!root.join("var/lib/machines").exists(), "something was installed");
+    assert_eq!(
+        std::fs::read(config).unwrap(),
+        serde_json::to_vec_pretty(applied).unwrap(),
+        "the applied config is untouched"
+    );
 }
 
 /// A kubeconfig holding only `token` for the lab's API server.

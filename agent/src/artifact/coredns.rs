@@ -7,9 +7,11 @@ use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 
 use super::coredns_record::{self, InstallRecord};
+use super::error::io_err;
 use super::source::{self, COREDNS, Expected, Resolved};
 use super::{ArtifactError, Fetcher, Installed, fetch_verify_install, offline, plugins};
 use crate::config::{DownloadSource, RawConfig};
+use crate::files::beneath::beneath;
 
 /// Where CoreDNS goes inside the machine rootfs.
 pub const INSTALL_PATH: &str = "usr/local/bin/coredns";
@@ -55,6 +57,7 @@ impl Request {
                 let dir = offline::bundle_dir(source)?;
                 let wanted = self.download.version.as_deref().filter(|v| !v.trim().is_empty());
                 offline::resolve_offline(&COREDNS, &dir, wanted, arch)
+                    .map(|r| source::with_pin(r, self.download.pinned(COREDNS.name)))
             }
             None => source::resolve_online(&COREDNS, Some(&self.download), None, arch),
         }
@@ -106,7 +109,12 @@ pub fn install(request: &Request, rootfs: &Path, fetcher: &Fetcher) -> Result<Co
         *reported.borrow_mut() = Some((plugins, plugins::binary_version(candidate)?));
         Ok(())
     };
-    let mut installed = fetch_verify_install(&COREDNS, &resolved, &install_path(rootfs), fetcher, &validate)?;
+    // Written through the rootfs's open directory: a link swapped in after the check above is
+    // not followed either.
+    let dest = beneath(rootfs, Path::new(INSTALL_PATH)).map_err(io_err("reach", install_path(rootfs)))?;
+    let mut installed = fetch_verify_install(&COREDNS, &resolved, &dest.path(), fetcher, &validate)
+        .inspect_err(|_| dest.remove_made_dirs())?;
+    installed.path = install_path(rootfs);
     let (plugins, version) = reported
         .into_inner()
         .expect("the candidate was checked before it was installed");

@@ -62,7 +62,9 @@ impl InstallRecord {
         let path = record_path(rootfs);
         let mut bytes = serde_json::to_vec_pretty(self).expect("the record serialises");
         bytes.push(b'\n');
-        crate::files::write_atomic(&path, &bytes, 0o644).map_err(io_err("write", path))?;
+        let dest = crate::files::beneath::beneath(rootfs, Path::new(relative_path()))
+            .map_err(io_err("reach", &path))?;
+        crate::files::write_atomic(&dest.path(), &bytes, 0o644).map_err(io_err("write", path))?;
         Ok(bytes)
     }
 }

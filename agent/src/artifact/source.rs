@@ -252,13 +252,26 @@ pub fn resolve_online(
             )
         }
     };
-    Ok(Resolved {
+    let resolved = Resolved {
         location: Location::parse(&field, &address)?,
         version,
         arch: arch.to_string(),
         expected: Expected::Sidecar,
         bundle: None,
-    })
+    };
+    Ok(with_pin(resolved, download.and_then(|d| d.pinned(spec.name))))
+}
+
+/// `resolved` checked against `pin` when there is one (online or from a bundle), never against
+/// a sidecar.
+pub fn with_pin(resolved: Resolved, pin: Option<&str>) -> Resolved {
+    match pin {
+        Some(hex) => Resolved {
+            expected: Expected::Pinned(hex.to_owned()),
+            ..resolved
+        },
+        None => resolved,
+    }
 }
 
 /// The configured version, else the caller's fallback (e.g. `Cluster.Version`),
@@ -290,6 +303,7 @@ mod tests {
             url: url.map(Into::into),
             base_url: base.map(Into::into),
             version: version.map(Into::into),
+            sha256: None,
         }
     }
 

@@ -28,6 +28,8 @@ pub enum DriftError {
     Applied(String),
     #[error("the config the Machine asks for is not valid: {0}")]
     Invalid(String),
+    #[error("the Machine asks for downloads this node does not take: {0}")]
+    Refused(String),
 }
 
 fn normal(raw: &RawConfig) -> Value {
@@ -47,6 +49,8 @@ pub fn desired(
     if change != Change::Same {
         crate::validate::validate(&wanted)
             .map_err(|p| DriftError::Invalid(p.to_string().replace('\n', "; ")))?;
+        let arch = crate::artifact::source::host_arch().map_err(|e| DriftError::Invalid(e.to_string()))?;
+        super::source_policy::check(&applied, &wanted, arch).map_err(DriftError::Refused)?;
     }
     Ok(Desired {
         json: normal(&wanted),
@@ -123,6 +127,31 @@ mod tests {
             "{d:?}"
         );
         assert_eq!(d.json["Kubelet"]["Labels"]["zone"], "b");
+    }
+
+    /// A Machine pointing CoreDNS at another server is refused before anything is fetched
+    /// (`source_policy`).
+    #[test]
+    fn a_machine_moving_a_download_unpinned_is_refused_naming_the_pin() {
+        let spec = MachineSpec {
+            agent: Some(AgentSpec {
+                downloads: Some(crate::machina::agent_spec::AgentDownloadsSpec {
+                    core_dns: Some(crate::machina::agent_spec::DownloadSourceSpec {
+                        base_url: Some("https://elsewhere.example/coredns".into()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let err = desired(&applied(), None, &machine(spec)).unwrap_err();
+        assert!(matches!(err, DriftError::Refused(_)), "{err}");
+        assert!(
+            err.to_string().contains("Downloads.CoreDNS.SHA256.coredns"),
+            "{err}"
+        );
     }
 
     #[test]

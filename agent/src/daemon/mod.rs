@@ -23,6 +23,7 @@ pub mod node_watch;
 pub mod renew;
 pub mod run;
 pub mod select;
+pub mod source_policy;
 pub mod status;
 pub mod watch_event;
 

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use super::execute::Executor;
 use super::manifest::{self, Entry};
+use crate::files::beneath::{Beneath, existing_beneath};
 use crate::files::under;
 use crate::hostnet;
 use crate::machine::runner::MachineRunner;
@@ -244,25 +245,52 @@ pub fn run(exec: &mut Executor) -> Result<(), StartError> {
 /// (`/etc/unbounded/localdns`, on the host or in the machine whose rootfs is `rootfs`).
 fn remove(root: &Path, rootfs: &Path, path: &Path) -> Result<(), StartError> {
     let at = under(root, path);
-    match std::fs::remove_file(&at) {
+    let io = |source| StartError::Io {
+        action: "remove",
+        path: at.clone(),
+        source,
+    };
+    let Some(found) = removable(root, rootfs, path).map_err(io)? else {
+        return Ok(());
+    };
+    match std::fs::remove_file(&found.path) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(source) => {
-            return Err(StartError::Io {
-                action: "remove",
-                path: at,
-                source,
-            });
-        }
+        Err(source) => return Err(io(source)),
     }
     let mut dir = path.parent();
     while let Some(d) = dir.filter(|d| ours(d, rootfs)) {
-        if std::fs::remove_dir(under(root, d)).is_err() {
+        let removed =
+            removable(root, rootfs, d).is_ok_and(|f| f.is_some_and(|f| std::fs::remove_dir(&f.path).is_ok()));
+        if !removed {
             break;
         }
         dir = d.parent();
     }
     Ok(())
+}
+
+/// A path to remove, held while it is removed.
+struct Removable {
+    path: PathBuf,
+    _held: Option<Beneath>,
+}
+
+/// `path` below `root`; a machine's path (below `rootfs`) reached beneath the machine's root
+/// (`files::beneath`), so a link in its tree never leads a removal onto the host, `None` when a
+/// directory on its way is missing.
+fn removable(root: &Path, rootfs: &Path, path: &Path) -> std::io::Result<Option<Removable>> {
+    let Ok(inside) = path.strip_prefix(rootfs) else {
+        return Ok(Some(Removable {
+            path: under(root, path),
+            _held: None,
+        }));
+    };
+    let found = existing_beneath(&under(root, rootfs), &Path::new("/").join(inside))?;
+    Ok(found.map(|b| Removable {
+        path: b.path(),
+        _held: Some(b),
+    }))
 }
 
 /// A directory the agent may remove once it is empty.

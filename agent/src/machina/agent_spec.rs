@@ -87,4 +87,9 @@ pub struct DownloadSourceSpec {
     /// The artifact's version.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
+    /// Pinned SHA-256 digests by binary (`kubelet`, `kubectl`, `coredns`). The node's daemon
+    /// installs a source a Machine changes only when it is pinned here and lies below a base its
+    /// own config allows (`Daemon.AllowedSources`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<std::collections::BTreeMap<String, String>>,
 }

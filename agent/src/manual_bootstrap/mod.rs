@@ -54,7 +54,10 @@ pub async fn run(args: &ManualBootstrapArgs) -> Result<Outcome, ManualBootstrapE
     let mut token_note = chosen.note();
     if args.daemon {
         let token = daemon_token::provision(&cluster, &machine).await?;
-        raw.daemon = Some(crate::config::DaemonConfig { token: Some(token) });
+        raw.daemon = Some(crate::config::DaemonConfig {
+            token: Some(token),
+            ..Default::default()
+        });
         token_note.push_str(&format!(
             "; the daemon's token (ServiceAccount {}/{}) is valid for {} h, then the daemon renews it",
             crate::machina::daemon_access::NAMESPACE,
@@ -67,7 +70,8 @@ pub async fn run(args: &ManualBootstrapArgs) -> Result<Outcome, ManualBootstrapE
     }
     let json = assemble::checked_json(&raw)?;
     Ok(Outcome {
-        script: script::render(&json, &args.machine, &script::Target::default()),
+        script: script::render(&json, &args.machine, &script::Target::default())
+            .map_err(|e| ManualBootstrapError::Render(e.to_string()))?,
         token_note,
     })
 }

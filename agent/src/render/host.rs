@@ -4,6 +4,7 @@ use std::net::Ipv4Addr;
 
 use super::HEADER;
 use super::paths::{NETWORK_UNIT_NAME, applied_config};
+use super::unit_value::exec_word;
 use crate::corefile::{DNS_PORT, READY_PORT};
 use crate::goal::{Goal, LocalDnsGoal};
 
@@ -26,13 +27,13 @@ Before=systemd-nspawn@{slot}.service
 [Service]
 Type=oneshot
 RemainAfterExit=yes
-ExecStart={prefix}/bin/unbounded-agent localdns network apply --config {config}
+ExecStart={agent} localdns network apply --config {config}
 
 [Install]
 WantedBy=multi-user.target
 ",
-        prefix = goal.host_prefix,
-        config = applied_config(slot),
+        agent = exec_word(&format!("{}/bin/unbounded-agent", goal.host_prefix)),
+        config = exec_word(&applied_config(slot)),
     )
 }
 

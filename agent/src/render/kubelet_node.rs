@@ -6,6 +6,7 @@ use serde_json::{Map, Value, json};
 
 use super::HEADER;
 use super::containerd::SOCKET;
+use super::unit_value::exec_word;
 use crate::goal::KubeletGoal;
 
 pub const KUBELET_BINARY: &str = "/usr/local/bin/kubelet";
@@ -29,7 +30,7 @@ pub struct KubeletFlags {
 }
 
 /// `kubelet.service`: the bootstrap kubeconfig, the rendered configuration, the node's name,
-/// address, labels and taints. Ordered after containerd (LocalDNS adds its own drop-in).
+/// address, labels and taints, each argument quoted for systemd (`unit_value::exec_word`). Ordered after containerd (LocalDNS adds its own drop-in).
 pub fn unit(flags: &KubeletFlags) -> String {
     let mut args = vec![
         format!("--config={}", super::paths::KUBELET_CONFIG),
@@ -49,7 +50,10 @@ pub fn unit(flags: &KubeletFlags) -> String {
             flags.register_with_taints.join(",")
         ));
     }
-    let exec = args.iter().map(|a| format!(" \\\n  {a}")).collect::<String>();
+    let exec = args
+        .iter()
+        .map(|a| format!(" \\\n  {}", exec_word(a)))
+        .collect::<String>();
     format!(
         "{HEADER}[Unit]
 Description=kubelet: the Kubernetes node agent
@@ -133,6 +137,39 @@ mod tests {
         assert!(text.contains("  --node-labels=a=b,c=d \\\n"), "{text}");
         assert!(
             text.contains("  --register-with-taints=k=v:NoSchedule\n"),
+            "{text}"
+        );
+    }
+
+    /// Whatever reaches the unit (validation refuses these first), every argument reads back as
+    /// written and the unit keeps its lines.
+    #[rstest::rstest]
+    fn hostile_flag_values_stay_one_argument_each(#[values(0, 1, 2, 3, 4, 5, 6, 7, 8)] i: usize) {
+        use crate::render::unit_value::tests::{HOSTILE, exec_start_words};
+        let value = HOSTILE[i];
+        let flags = KubeletFlags {
+            node_name: value.into(),
+            node_ip: Some(value.into()),
+            labels: vec![format!("a={value}")],
+            register_with_taints: vec![format!("k={value}:NoSchedule")],
+        };
+        let text = unit(&flags);
+        let plain = unit(&KubeletFlags {
+            node_name: "n".into(),
+            node_ip: Some("n".into()),
+            labels: vec!["a=n".into()],
+            register_with_taints: vec!["k=n:NoSchedule".into()],
+        });
+        assert_eq!(text.lines().count(), plain.lines().count(), "{text}");
+        let words = exec_start_words(&text);
+        assert_eq!(
+            words[4..],
+            [
+                format!("--hostname-override={value}"),
+                format!("--node-ip={value}"),
+                format!("--node-labels=a={value}"),
+                format!("--register-with-taints=k={value}:NoSchedule"),
+            ],
             "{text}"
         );
     }

@@ -17,6 +17,7 @@ pub mod machine;
 pub mod machine_stop;
 pub mod nspawn;
 pub use crate::paths;
+pub mod unit_value;
 pub mod units;
 pub mod write;
 

@@ -14,15 +14,19 @@ use crate::files::{under, write_atomic};
 use crate::paths::{
     DAEMON_DIR, DAEMON_KUBECONFIG, DAEMON_TOKEN, DAEMON_UNIT, DAEMON_UNIT_NAME, DAEMON_UNIT_WANTS_LINK,
 };
+use crate::render::unit_value::{self, UnitValueError};
 use crate::service_account_token as token;
 use crate::validate::{Config, Daemon};
 
-/// The unit running `agent daemon` for `machine`.
-pub fn unit(agent: &Path, machine: &str) -> String {
-    format!(
+/// The unit running `agent daemon` for `machine`; `agent` and `machine` quoted for systemd
+/// (`render::unit_value`), an agent path that is not absolute UTF-8 refused.
+pub fn unit(agent: &Path, machine: &str) -> Result<String, UnitValueError> {
+    let agent = unit_value::exec_path("the agent binary", agent)?;
+    let (description, machine) = (unit_value::setting_text(machine), unit_value::exec_word(machine));
+    Ok(format!(
         "# Written by unbounded-agent: the agent daemon acts on this host's Machine (docs/operations.md).\n\
          [Unit]\n\
-         Description=unbounded-agent daemon for Machine {machine}\n\
+         Description=unbounded-agent daemon for Machine {description}\n\
          After=network.target\n\
          \n\
          [Service]\n\
@@ -33,9 +37,8 @@ pub fn unit(agent: &Path, machine: &str) -> String {
          RestartSec=10\n\
          \n\
          [Install]\n\
-         WantedBy=multi-user.target\n",
-        agent = agent.display()
-    )
+         WantedBy=multi-user.target\n"
+    ))
 }
 
 /// The daemon's kubeconfig: `api_server` with the cluster CA (base64 PEM, as in the config), the
@@ -135,7 +138,7 @@ pub fn converge(root: &Path, config: &Config, agent: &Path) -> Result<DaemonChan
         write_atomic(&token_path, daemon.token.as_bytes(), 0o600).map_err(io("write", &token_path))?;
         changes.paths.push(DAEMON_TOKEN.into());
     }
-    let unit_text = unit(agent, config.machine_name.as_str());
+    let unit_text = unit(agent, config.machine_name.as_str())?;
     let unit_changed = {
         let before = changes.paths.len();
         write_if_changed(root, DAEMON_UNIT, unit_text.as_bytes(), 0o644, &mut changes)?;
@@ -237,11 +240,54 @@ mod tests {
 
     #[test]
     fn the_unit_runs_the_daemon_for_its_machine_with_its_kubeconfig() {
-        let u = unit(Path::new("/usr/local/bin/unbounded-agent"), "m1");
+        let u = unit(Path::new("/usr/local/bin/unbounded-agent"), "m1").unwrap();
         assert!(u.contains(
             "ExecStart=/usr/local/bin/unbounded-agent daemon --machine m1 --kubeconfig /etc/unbounded/agent/daemon/kubeconfig\n"
         ));
         assert!(u.contains("Restart=on-failure\n") && u.contains("WantedBy=multi-user.target\n"));
+    }
+
+    /// An agent installed under a path with a space, `%`, `$` or `;`, and a machine name with any
+    /// hostile value (validation refuses those first), read back as written; a path systemd
+    /// refuses for a command (quotes, backslashes, a newline) is refused naming it.
+    #[rstest::rstest]
+    fn hostile_agent_paths_and_machine_names_read_back_as_written(
+        #[values(0, 1, 2, 3, 4, 5, 6, 7, 8)] i: usize,
+    ) {
+        use crate::render::unit_value::tests::{HOSTILE, exec_start_words};
+        let value = HOSTILE[i];
+        let agent = PathBuf::from(format!("/opt/{value}/unbounded-agent"));
+        let plain = Path::new("/usr/local/bin/unbounded-agent");
+        let u = match unit(&agent, value) {
+            Ok(u) => u,
+            Err(err) => {
+                assert!(value.contains(['"', '\'', '\\', '\n']), "{value:?}: {err}");
+                unit(plain, value).unwrap()
+            }
+        };
+        assert_eq!(
+            u.lines().count(),
+            unit(Path::new("/a"), "m").unwrap().lines().count(),
+            "{u}"
+        );
+        let words = exec_start_words(&u);
+        assert_eq!(
+            words[1..],
+            ["daemon", "--machine", value, "--kubeconfig", DAEMON_KUBECONFIG],
+            "{u}"
+        );
+        assert!(
+            words[0] == agent.to_str().unwrap() || words[0] == plain.to_str().unwrap(),
+            "{u}"
+        );
+        let description = u.lines().find(|l| l.starts_with("Description=")).unwrap();
+        assert!(!description.ends_with('\\'), "{description}");
+    }
+
+    #[test]
+    fn an_agent_path_that_is_not_absolute_is_refused() {
+        let err = unit(Path::new("unbounded-agent"), "m1").unwrap_err();
+        assert!(err.to_string().contains("not an absolute path"), "{err}");
     }
 
     #[test]

@@ -47,6 +47,8 @@ pub enum StartError {
     HostNetwork(#[from] ApplyError),
     #[error(transparent)]
     Write(#[from] WriteError),
+    #[error("cannot write a unit: {0}")]
+    UnitValue(#[from] crate::render::unit_value::UnitValueError),
     #[error("{action} {path}: {source}")]
     Io {
         action: &'static str,

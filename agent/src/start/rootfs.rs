@@ -9,6 +9,7 @@ use super::error::artifact;
 use super::files::write_changed;
 use crate::artifact::source::{self, KUBECTL, KUBELET, Resolved};
 use crate::artifact::{Fetcher, checksum, coredns, offline, pinned, rootfs as rootfs_artifact};
+use crate::files::beneath::{Beneath, beneath};
 use crate::machine::supervisor_entry;
 use crate::paths::SUPERVISOR_BINARY;
 use crate::progress::Progress;
@@ -49,15 +50,11 @@ fn kubernetes_source(
         .as_ref()
         .or(config.cluster.version.as_ref())
         .map(|v| v.as_str().to_owned());
+    let download = config.downloads.kubernetes.download();
     let resolved = match bundle(config)? {
-        Some(bundle) => offline::resolve_offline(spec, &bundle, wanted.as_deref(), arch),
+        Some(bundle) => offline::resolve_offline(spec, &bundle, wanted.as_deref(), arch)
+            .map(|r| source::with_pin(r, download.pinned(spec.name))),
         None => {
-            let k = &config.downloads.kubernetes;
-            let download = crate::config::DownloadSource {
-                url: k.url.clone(),
-                base_url: k.base_url.clone(),
-                version: k.version.as_ref().map(|v| v.as_str().to_owned()),
-            };
             let fallback = config.cluster.version.as_ref().map(|v| v.as_str().to_owned());
             source::resolve_online(spec, Some(&download), fallback.as_deref(), arch)
         }
@@ -86,6 +83,16 @@ pub struct Populated {
     pub binaries: Vec<InstalledBinary>,
 }
 
+/// The file at `inside` (as seen in the machine) reached beneath `rootfs` (`files::beneath`):
+/// refused when a link on the way leads out of the machine.
+fn in_machine(rootfs: &Path, inside: &str) -> Result<Beneath, StartError> {
+    beneath(rootfs, Path::new(inside)).map_err(|source| StartError::Io {
+        action: "reach",
+        path: rootfs.join(inside.trim_start_matches('/')),
+        source,
+    })
+}
+
 /// Installs a Kubernetes binary unless the file there already has the sidecar's digest.
 fn install_kubernetes_binary(
     config: &Config,
@@ -96,11 +103,13 @@ fn install_kubernetes_binary(
 ) -> Result<InstalledBinary, StartError> {
     let path = format!("/usr/local/bin/{}", spec.name);
     let resolved = kubernetes_source(config, spec, arch)?;
-    let dest = rootfs.join(path.trim_start_matches('/'));
+    let held = in_machine(rootfs, &path)?;
+    let dest = held.path();
     let expected = crate::artifact::expected_sha256(&resolved, fetcher).map_err(artifact(spec.name))?;
     let changed = !checksum::sha256_file(&dest).is_ok_and(|have| have == expected);
     if changed {
         crate::artifact::fetch_verify_install(spec, &resolved, &dest, fetcher, &|_| Ok(()))
+            .inspect_err(|_| held.remove_made_dirs())
             .map_err(artifact(spec.name))?;
     }
     Ok(InstalledBinary {
@@ -134,7 +143,8 @@ fn copy_supervisor(rootfs: &Path) -> Result<(bool, Vec<u8>), StartError> {
         path: "/proc/self/exe".into(),
         source,
     })?;
-    let dest = rootfs.join(SUPERVISOR_BINARY.trim_start_matches('/'));
+    let held = in_machine(rootfs, SUPERVISOR_BINARY)?;
+    let dest = held.path();
     let io = |action: &'static str, path: &Path| {
         let path = path.to_path_buf();
         move |source| StartError::Io { action, path, source }
@@ -142,7 +152,7 @@ fn copy_supervisor(rootfs: &Path) -> Result<(bool, Vec<u8>), StartError> {
     let bytes = std::fs::read(&me).map_err(io("read", &me))?;
     let changed = !same_bytes(&dest, &bytes);
     if changed {
-        crate::files::write_atomic(&dest, &bytes, 0o755).map_err(io("write", &dest))?;
+        crate::files::write_atomic(&dest, &bytes, 0o755).map_err(io("write", held.shown()))?;
     }
     debug_assert!(supervisor_entry::invoked_as_supervisor(SUPERVISOR_BINARY));
     Ok((changed, bytes))
@@ -202,13 +212,15 @@ fn install_images(
         let what = format!("{} ({})", request.field, image.reference);
         let name = request.file_name().map_err(artifact(&what))?;
         let local_path = format!("{IMAGES_DIR}/{name}");
-        let dest = rootfs.join(local_path.trim_start_matches('/'));
+        let held = in_machine(rootfs, &local_path)?;
+        let dest = held.path();
         let resolved = request
             .resolve(bundle.as_deref(), arch)
             .map_err(artifact(&what))?;
         let expected = crate::artifact::expected_sha256(&resolved, fetcher).map_err(artifact(&what))?;
         if !checksum::sha256_file(&dest).is_ok_and(|have| have == expected) {
             pinned::install_data_file(&image.reference, &resolved, &dest, 0o644, fetcher)
+                .inspect_err(|_| held.remove_made_dirs())
                 .map_err(artifact(&what))?;
             p.line(&format!(
                 "installed image archive {local_path} ({})",

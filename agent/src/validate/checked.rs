@@ -76,6 +76,20 @@ pub struct Source {
     pub url: Option<String>,
     pub base_url: Option<String>,
     pub version: Option<Version>,
+    /// `SHA256`: pinned digests by binary, lowercase.
+    pub sha256: std::collections::BTreeMap<String, String>,
+}
+
+impl Source {
+    /// The source as the artifact code takes it.
+    pub fn download(&self) -> crate::config::DownloadSource {
+        crate::config::DownloadSource {
+            url: self.url.clone(),
+            base_url: self.base_url.clone(),
+            version: self.version.as_ref().map(|v| v.as_str().to_owned()),
+            sha256: (!self.sha256.is_empty()).then(|| self.sha256.clone()),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -4,7 +4,6 @@
 use super::Config;
 use crate::artifact::coredns::Request;
 use crate::artifact::plugins;
-use crate::config::DownloadSource;
 
 impl Config {
     /// The CoreDNS request of this config (online source, offline bundle, required plugins).
@@ -16,11 +15,7 @@ impl Config {
             .flat_map(|l| l.required_plugins.iter().map(|p| p.as_str().to_string()))
             .collect();
         Request {
-            download: DownloadSource {
-                url: source.url.clone(),
-                base_url: source.base_url.clone(),
-                version: source.version.as_ref().map(|v| v.as_str().to_string()),
-            },
+            download: source.download(),
             offline_source: self.offline_source.clone(),
             required_plugins: plugins::required_plugins(&configured),
         }

@@ -83,8 +83,18 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
     let kubelet = kubelet(raw, &mut p);
     let downloads = raw.downloads.clone().unwrap_or_default();
     let downloads = Downloads {
-        kubernetes: source(downloads.kubernetes.as_ref(), "Downloads.Kubernetes", &mut p),
-        core_dns: source(downloads.core_dns.as_ref(), "Downloads.CoreDNS", &mut p),
+        kubernetes: source(
+            downloads.kubernetes.as_ref(),
+            "Downloads.Kubernetes",
+            &["kubelet", "kubectl"],
+            &mut p,
+        ),
+        core_dns: source(
+            downloads.core_dns.as_ref(),
+            "Downloads.CoreDNS",
+            &["coredns"],
+            &mut p,
+        ),
     };
 
     let machine_image = raw.machine_image.as_ref().and_then(|m| {
@@ -139,6 +149,11 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
         _ => None,
     };
 
+    if let Some(allowed) = raw.daemon.as_ref().and_then(|d| d.allowed_sources.as_ref()) {
+        for (i, base) in allowed.iter().enumerate() {
+            check(general::url(base), &format!("Daemon.AllowedSources[{i}]"), &mut p);
+        }
+    }
     let daemon = raw.daemon.as_ref().and_then(|d| {
         let token = required(d.token.as_deref(), "Daemon.Token", &mut p)?;
         let account = crate::machina::daemon_access::service_account_name(
@@ -220,7 +235,8 @@ fn version(v: Option<&str>, path: &str, p: &mut Problems) -> Option<Version> {
     v.and_then(|s| s.parse::<Version>().map_err(|e| p.push(path, e.to_string())).ok())
 }
 
-fn source(raw: Option<&DownloadSource>, path: &str, p: &mut Problems) -> Source {
+/// `Downloads.<source>`; `binaries` are the names its `SHA256` may pin.
+fn source(raw: Option<&DownloadSource>, path: &str, binaries: &[&str], p: &mut Problems) -> Source {
     let Some(raw) = raw else { return Source::default() };
     let url = raw.url.as_deref().and_then(|u| {
         // `{version}` and `{arch}` are placeholders, replaced before use.
@@ -235,10 +251,26 @@ fn source(raw: Option<&DownloadSource>, path: &str, p: &mut Problems) -> Source 
     let base_url = raw.base_url.as_deref().and_then(|u| {
         check(general::url(u), &field(path, "BaseURL"), p).map(|()| u.trim_end_matches('/').to_owned())
     });
+    let mut sha256 = std::collections::BTreeMap::new();
+    for (name, digest) in raw.sha256.iter().flatten() {
+        let at = format!("{}.{name}", field(path, "SHA256"));
+        if !binaries.contains(&name.as_str()) {
+            p.push(
+                &at,
+                format!(
+                    "{name:?} is not a binary of this source (one of {})",
+                    binaries.join(", ")
+                ),
+            );
+        } else if let Some(hex) = check(general::sha256(digest), &at, p) {
+            sha256.insert(name.clone(), hex);
+        }
+    }
     Source {
         url,
         base_url,
         version: version(raw.version.as_deref(), &field(path, "Version"), p),
+        sha256,
     }
 }
 

@@ -131,6 +131,31 @@ fn each_rule_reports_its_path_and_reason(#[case] patch: Value, #[case] want: &st
     );
 }
 
+#[test]
+fn download_pins_name_the_sources_binaries_and_are_hex() {
+    let pin = "ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef0123456789";
+    let got = problems(json!({"Downloads": {
+        "Kubernetes": {"SHA256": {"coredns": pin}},
+        "CoreDNS": {"SHA256": {"coredns": "xyz"}}
+    }, "Daemon": {"AllowedSources": ["ftp://mirror"]}}));
+    for want in [
+        "Downloads.Kubernetes.SHA256.coredns: \"coredns\" is not a binary of this source (one of kubelet, kubectl)",
+        "Downloads.CoreDNS.SHA256.coredns: ",
+        "Daemon.AllowedSources[0]: \"ftp://mirror\" is not an http:// or https:// URL",
+    ] {
+        assert!(
+            got.iter().any(|p| p.starts_with(want)),
+            "want {want:?}, got {got:#?}"
+        );
+    }
+    let c = checked(json!({"Downloads": {"Kubernetes": {"SHA256": {"kubelet": pin, "kubectl": pin}}}}));
+    assert_eq!(c.downloads.kubernetes.sha256["kubelet"], pin.to_ascii_lowercase());
+    assert_eq!(
+        c.downloads.kubernetes.download().pinned("kubectl"),
+        Some(pin.to_ascii_lowercase().as_str())
+    );
+}
+
 #[rstest]
 #[case::absolute_path("/mnt/lab")]
 #[case::file_url("file:///mnt/lab")]

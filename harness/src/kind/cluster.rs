@@ -262,7 +262,14 @@ impl KindCluster {
     }
 
     /// `kind delete cluster`: the node containers and their volumes; then the cluster's network.
+    /// The node is killed first: its systemd would otherwise take the engine's whole stop timeout
+    /// (10 s) to shut down a cluster that is thrown away (docs/perf.md, "The lab's Kind cluster").
     pub fn delete(&self) -> Result<(), KindError> {
+        // A node already gone, or an engine that refuses, leaves the stop to Kind.
+        let _ = run(self
+            .engine
+            .command()
+            .args(["kill", &self.control_plane_container()]));
         run(self
             .kind()
             .args(["delete", "cluster", "--name", &self.name])

@@ -42,7 +42,7 @@ pub fn online(url: Option<String>, base_url: Option<String>) -> Request {
         download: DownloadSource {
             url,
             base_url,
-            version: None,
+            ..DownloadSource::default()
         },
         offline_source: None,
         required_plugins: required_plugins(&[]),

@@ -305,6 +305,52 @@ fn checksum_mismatch_is_refused() {
     );
 }
 
+/// `request` with `Downloads.CoreDNS.SHA256.coredns` pinned to `pin`.
+fn pinned(mut request: Request, pin: &str) -> Request {
+    request.download.sha256 = Some([("coredns".to_owned(), pin.to_owned())].into());
+    request
+}
+
+/// The server's sidecar matches its tarball, as a hostile mirror's would: a pin that the tarball
+/// does not match is refused all the same, and the sidecar is never asked for.
+#[test]
+fn a_pinned_digest_replaces_the_sidecar_and_a_mismatch_is_refused_though_the_sidecar_matches() {
+    let a = artifact();
+    let server = serve_dir(a.release_root.clone());
+    let sidecar_path = format!("{}.sha256", tarball_path(&a.version));
+    let rootfs = Rootfs::with_existing_binary();
+    let wrong = "1".repeat(64);
+    let err = refused(&rootfs, &pinned(online(None, Some(server.url("/"))), &wrong));
+    assert!(err.contains("checksum mismatch") && err.contains(&wrong), "{err}");
+    let installed = rootfs
+        .install(&pinned(
+            online(None, Some(server.url("/"))),
+            &a.tarball_sha256.to_uppercase(),
+        ))
+        .unwrap_or_else(|e| panic!("{e}"));
+    rootfs.assert_installed(&installed, &a);
+    assert_eq!(installed.source_sha256, a.tarball_sha256);
+    assert_eq!(
+        server.count(&sidecar_path),
+        0,
+        "a pinned download fetched its sidecar"
+    );
+}
+
+/// The bundle holds the bare binary: the pin is its digest.
+#[test]
+fn a_pinned_digest_is_checked_from_the_offline_bundle_too() {
+    let a = artifact();
+    let rootfs = Rootfs::with_existing_binary();
+    let wrong = "2".repeat(64);
+    let err = refused(&rootfs, &pinned(offline(&a.offline_bundle), &wrong));
+    assert!(err.contains("checksum mismatch") && err.contains(&wrong), "{err}");
+    let installed = rootfs
+        .install(&pinned(offline(&a.offline_bundle), &a.binary_sha256))
+        .unwrap_or_else(|e| panic!("{e}"));
+    rootfs.assert_installed(&installed, &a);
+}
+
 #[test]
 fn missing_sidecar_is_refused_before_the_download() {
     let server = release_server(|p| p.ends_with(".sha256").then_some(Reply::Status(404)));

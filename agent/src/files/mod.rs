@@ -1,6 +1,8 @@
 //! File utilities for everything the agent writes on a host: a path below a root directory, a
 //! file written atomically (temporary file beside it, fsynced, renamed into place, mode set) and
-//! a symlink replaced atomically.
+//! a symlink replaced atomically; [`beneath`] reaches a path inside a machine root without leaving it.
+
+pub mod beneath;
 
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
