@@ -69,9 +69,9 @@ fn quoted(value: &str, argument: bool) -> String {
 }
 
 /// The command of an `ExecStart=` line: `path` quoted as an [`exec_word`] but for `$`, which
-/// systemd takes literally in a command's path; refused when it is not
-/// absolute or not UTF-8, or holds what systemd refuses in a command's path however it is quoted
-/// (`"`, `'`, `\`, control characters: "Executable name contains special characters").
+/// systemd takes literally in a command's path. Refused when it is not absolute or not UTF-8, or
+/// holds what systemd refuses in a command's path however it is quoted (`"`, `'`, `\`, control
+/// characters: "Executable name contains special characters").
 pub fn exec_path(what: &'static str, path: &Path) -> Result<String, UnitValueError> {
     let Some(text) = path.to_str() else {
         return Err(UnitValueError::NotUtf8 {
