@@ -1,8 +1,9 @@
 //! The real systemd reads the agent's units back as written, whatever values reach them: the
 //! daemon unit (the agent's path, the Machine's name) and kubelet's unit (name, address, labels,
 //! taints), each rendered with every value of `render::unit_value::HOSTILE` (a space, `%`, quotes,
-//! a newline, `$`, backslashes), run by systemd, and the command line each process got compared
-//! with the values. Root on a systemd host: a lab VM (the `guest_` binaries, see
+//! a newline, `$`, backslashes) — in the arguments always, in the command's path where systemd
+//! allows it there (quotes, backslashes and newlines it refuses, and so does the renderer) — run
+//! by systemd, and the command line each process got compared with the values. Root on a systemd host: a lab VM (the `guest_` binaries, see
 //! `harness/tests/lab_guest_tests.rs`); never on the build host.
 
 use std::path::{Path, PathBuf};
