@@ -518,12 +518,7 @@ async fn drift_that_cannot_be_applied_is_reported_once_and_cleared_when_it_is_go
         .unwrap();
     let out = run(daemon(kubeconfig, root.path(), "drift-m1", true));
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let status = machines.get("drift-m1").await.unwrap().status.expect("a status");
-    let condition = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "ConfigDrift")
-        .expect("ConfigDrift");
+    let (status, condition) = drift_status(machines, "drift-m1").await;
     assert_eq!(
         (condition.status.as_str(), condition.reason.as_str()),
         ("True", "InSync"),
@@ -614,12 +609,7 @@ async fn a_machine_moving_coredns_to_another_server_is_refused_before_anything_i
     let log = server.wait_with_output().unwrap();
     let requests = text(&log.stderr);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let status = machines.get("drift-m1").await.unwrap().status.expect("a status");
-    let condition = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "ConfigDrift")
-        .expect("ConfigDrift");
+    let (status, condition) = drift_status(machines, "drift-m1").await;
     assert_eq!(
         (condition.status.as_str(), condition.reason.as_str()),
         ("False", "NotApplied"),
@@ -650,6 +640,24 @@ async fn a_machine_moving_coredns_to_another_server_is_refused_before_anything_i
         serde_json::to_vec_pretty(applied).unwrap(),
         "the applied config is untouched"
     );
+}
+
+/// The Machine's status and its `ConfigDrift` condition.
+async fn drift_status(
+    machines: &Api<Machine>,
+    name: &str,
+) -> (
+    agent::machina::MachineStatus,
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition,
+) {
+    let status = machines.get(name).await.unwrap().status.expect("a status");
+    let condition = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "ConfigDrift")
+        .cloned()
+        .expect("ConfigDrift");
+    (status, condition)
 }
 
 /// A kubeconfig holding only `token` for the lab's API server.

@@ -96,6 +96,16 @@ mod tests {
         crate::exec::run(Command::new("bash").args(["-n", "-c", &script])).unwrap_or_else(|e| panic!("{e}"));
     }
 
+    /// A stand-in for the agent at `path` that writes its arguments, one a line, to `log`.
+    fn write_fake_agent(path: &std::path::Path, log: &std::path::Path) {
+        std::fs::write(
+            path,
+            format!("#!/bin/sh\nprintf '%s\\n' \"$@\" > '{}'\n", log.display()),
+        )
+        .unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
     /// Runs the script for real, writing into a temporary directory and running `true` as the
     /// agent: the file holds the JSON byte for byte, mode 0600, no temporary file left.
     #[test]
@@ -104,12 +114,7 @@ mod tests {
         let path = dir.path().join("etc/agent/config.json");
         let log = dir.path().join("argv");
         let fake_agent = dir.path().join("agent");
-        std::fs::write(
-            &fake_agent,
-            format!("#!/bin/sh\nprintf '%s\\n' \"$@\" > '{}'\n", log.display()),
-        )
-        .unwrap();
-        std::fs::set_permissions(&fake_agent, std::fs::Permissions::from_mode(0o755)).unwrap();
+        write_fake_agent(&fake_agent, &log);
         let target = Target {
             config_path: path.display().to_string(),
             agent: fake_agent.display().to_string(),
@@ -140,12 +145,7 @@ mod tests {
         let path = sub.join("config.json");
         let log = dir.path().join("argv");
         let fake_agent = sub.join("agent");
-        std::fs::write(
-            &fake_agent,
-            format!("#!/bin/sh\nprintf '%s\\n' \"$@\" > '{}'\n", log.display()),
-        )
-        .unwrap();
-        std::fs::set_permissions(&fake_agent, std::fs::Permissions::from_mode(0o755)).unwrap();
+        write_fake_agent(&fake_agent, &log);
         let target = Target {
             config_path: path.display().to_string(),
             agent: fake_agent.display().to_string(),
