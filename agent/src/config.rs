@@ -119,6 +119,10 @@ pub struct DownloadSource {
     /// against its pin, never against a `.sha256` sidecar.
     #[serde(rename = "SHA256", default, skip_serializing_if = "Option::is_none")]
     pub sha256: Option<std::collections::BTreeMap<String, String>>,
+    /// `true`: this source may be plain `http://` (no TLS). Without it an `http://` address is
+    /// refused (docs/security.md).
+    #[serde(rename = "AllowHTTP", default, skip_serializing_if = "Option::is_none")]
+    pub allow_http: Option<bool>,
 }
 
 impl DownloadSource {
@@ -134,6 +138,9 @@ pub struct MachineImageConfig {
     pub url: Option<String>,
     #[serde(rename = "SHA256", default, skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
+    /// `true`: `URL` may be plain `http://`.
+    #[serde(rename = "AllowHTTP", default, skip_serializing_if = "Option::is_none")]
+    pub allow_http: Option<bool>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -144,6 +151,9 @@ pub struct ContainerImageConfig {
     pub url: Option<String>,
     #[serde(rename = "SHA256", default, skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
+    /// `true`: `URL` may be plain `http://`.
+    #[serde(rename = "AllowHTTP", default, skip_serializing_if = "Option::is_none")]
+    pub allow_http: Option<bool>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -118,6 +118,24 @@ fn coredns_install_from_a_file_url_tarball() {
     );
 }
 
+/// A plain-http address without the source's `AllowHTTP` is refused before anything is fetched
+/// (nothing listens on the address) or written.
+#[test]
+fn coredns_install_refuses_plain_http_the_source_does_not_allow() {
+    let rootfs = tempfile::tempdir().unwrap();
+    let config = serde_json::json!({"Downloads": {"CoreDNS": {"URL": "http://127.0.0.1:9/coredns.tgz"}}});
+    let out = install(&config, rootfs.path());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("Downloads.CoreDNS.URL")
+            && stderr.contains("is plain http, which this source does not allow")
+            && !stderr.contains("attempt"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_dir(rootfs.path()).unwrap().count(), 0);
+}
+
 #[test]
 fn coredns_install_refuses_a_bad_config_and_a_missing_bundle_changing_nothing() {
     let rootfs = tempfile::tempdir().unwrap();

@@ -209,7 +209,7 @@ fn machine_schema_has_local_dns_with_the_config_fields_in_camel_case() {
     let core_dns = at(&schema, &["spec", "agent", "downloads", "coreDNS"]);
     assert_eq!(
         property_names(core_dns),
-        BTreeSet::from(["url", "baseURL", "version", "sha256"])
+        BTreeSet::from(["url", "baseURL", "version", "sha256", "allowHTTP"])
     );
 }
 

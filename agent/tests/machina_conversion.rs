@@ -45,6 +45,7 @@ fn full_config() -> RawConfig {
         downloads: Some(DownloadsConfig {
             kubernetes: Some(DownloadSource {
                 base_url: Some("http://192.168.101.1:8080/k8s".into()),
+                allow_http: Some(true),
                 ..Default::default()
             }),
             core_dns: Some(DownloadSource {
@@ -52,6 +53,7 @@ fn full_config() -> RawConfig {
                 base_url: Some("http://192.168.101.1:8080/coredns".into()),
                 version: Some("1.12.4".into()),
                 sha256: Some([("coredns".to_owned(), "ab".repeat(32))].into()),
+                allow_http: Some(true),
             }),
         }),
         local_dns: Some(full_local_dns()),
@@ -250,6 +252,7 @@ spec:
         version: 1.12.4
         sha256:
           coredns: abababababababababababababababababababababababababababababababab
+        allowHTTP: true
 "#;
     let machine: Machine = serde_yaml_ng::from_str(yaml).unwrap();
     let config = machine.to_agent_config(RawConfig::default());
@@ -372,12 +375,14 @@ fn download_strategy() -> impl Strategy<Value = DownloadSource> {
             "[0-9a-f]{64}",
             0..3,
         )),
+        proptest::option::of(any::<bool>()),
     )
-        .prop_map(|(url, base_url, version, sha256)| DownloadSource {
+        .prop_map(|(url, base_url, version, sha256, allow_http)| DownloadSource {
             url,
             base_url,
             version,
             sha256,
+            allow_http,
         })
 }
 

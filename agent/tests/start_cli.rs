@@ -22,7 +22,7 @@ fn config(patch: Value) -> Value {
             "NodeIP": "192.168.100.10",
             "Configuration": {"podCIDR": "10.244.1.0/24"}
         },
-        "MachineImage": {"URL": "http://192.0.2.1/rootfs.tar.gz", "SHA256": "a".repeat(64)}
+        "MachineImage": {"URL": "http://192.0.2.1/rootfs.tar.gz", "SHA256": "a".repeat(64), "AllowHTTP": true}
     });
     agent::config::merge_patch(&mut v, &patch);
     v

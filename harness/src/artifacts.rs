@@ -193,12 +193,15 @@ pub fn publish(lab: &Lab, cache: &Cache) -> Result<LabArtifacts, ArtifactsError>
             })?;
     }
     let url = |path: &str| format!("{base_url}{path}");
+    // The artifact server is plain http on the lab's own bridge: each source says so.
+    let allow_http = base_url.starts_with("http://").then_some(true);
     let container_images = node_images
         .iter()
         .map(|NodeImage { image, .. }| ContainerImageConfig {
             reference: Some(image.reference.clone()),
             url: Some(url(&format!("/{}", image.file))),
             sha256: Some(image.sha256.clone()),
+            allow_http,
         })
         .collect();
     Ok(LabArtifacts {
@@ -206,17 +209,20 @@ pub fn publish(lab: &Lab, cache: &Cache) -> Result<LabArtifacts, ArtifactsError>
             kubernetes: Some(DownloadSource {
                 base_url: Some(url(KUBERNETES_PATH)),
                 version: Some(format!("v{}", kubernetes.version)),
+                allow_http,
                 ..Default::default()
             }),
             core_dns: Some(DownloadSource {
                 base_url: Some(url(COREDNS_PATH)),
                 version: Some(coredns.version.clone()),
+                allow_http,
                 ..Default::default()
             }),
         },
         machine_image: MachineImageConfig {
             url: Some(url(&format!("/{}", rootfs_file(rootfs)))),
             sha256: Some(rootfs.sha256.clone()),
+            allow_http,
         },
         container_images,
         pause_ref: images.pause().reference.clone(),

@@ -241,10 +241,12 @@ pub(crate) mod tests {
             downloads: DownloadsConfig {
                 kubernetes: Some(agent::config::DownloadSource {
                     base_url: Some("http://192.168.101.1:8080/kubernetes".into()),
+                    allow_http: Some(true),
                     ..Default::default()
                 }),
                 core_dns: Some(agent::config::DownloadSource {
                     base_url: Some("http://192.168.101.1:8080/coredns".into()),
+                    allow_http: Some(true),
                     ..Default::default()
                 }),
             },

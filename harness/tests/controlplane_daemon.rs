@@ -451,6 +451,8 @@ async fn drift_that_cannot_be_applied_is_reported_once_and_cleared_when_it_is_go
             "Auth": {"BootstrapToken": "abcdef.0123456789abcdef"},
             "NodeIP": "192.168.100.10"
         },
+        // The node's own mirror is plain http, which it allows for CoreDNS.
+        "Downloads": {"CoreDNS": {"BaseURL": "http://192.168.100.1:8080/coredns", "AllowHTTP": true}},
         "LocalDNS": {"Enabled": true}
     });
     let (config, _) = agent::start::node::applied_paths(root.path(), agent::names::Slot::Kube1);

@@ -130,6 +130,12 @@ impl Fetcher {
                 .connect_timeout(self.options.connect_timeout)
                 .timeout(self.options.timeout)
                 .user_agent(concat!("unbounded-agent/", env!("CARGO_PKG_VERSION")))
+                .redirect(reqwest::redirect::Policy::custom(
+                    |attempt| match redirect_refusal(attempt.previous(), attempt.url()) {
+                        Some(reason) => attempt.error(reason),
+                        None => attempt.follow(),
+                    },
+                ))
                 .build()
                 .map_err(|e| error_chain(&e))
         });
@@ -176,6 +182,8 @@ impl Fetcher {
         };
         let mut response = match client.get(url).send() {
             Ok(response) => response,
+            // A refused redirect is the same on every try.
+            Err(e) if e.is_redirect() => return Attempt::Fail(transport(error_chain(&e))),
             Err(e) => return Attempt::Retry(transport(error_chain(&e))),
         };
         let status = response.status();
@@ -251,6 +259,26 @@ fn too_large_url(url: &str, limit: u64) -> ArtifactError {
     }
 }
 
+/// Most redirects one download follows.
+const MAX_REDIRECTS: usize = 10;
+
+/// Why the redirect to `next` is not followed, after the addresses `previous` (the first is the
+/// one asked for): past [`MAX_REDIRECTS`], or from https to plain http at any hop — a source that
+/// says https is fetched over TLS all the way (only an `http://` source, which says `AllowHTTP`,
+/// travels in the clear).
+fn redirect_refusal(previous: &[url::Url], next: &url::Url) -> Option<String> {
+    if previous.len() > MAX_REDIRECTS {
+        return Some(format!("more than {MAX_REDIRECTS} redirects"));
+    }
+    let was_tls = previous.iter().any(|u| u.scheme() == "https");
+    (was_tls && next.scheme() != "https").then(|| {
+        format!(
+            "redirected from https to {next} ({}:// is not followed after https)",
+            next.scheme()
+        )
+    })
+}
+
 /// An error with its causes, `a: b: c` (reqwest's own message is terse).
 fn error_chain(err: &dyn std::error::Error) -> String {
     let mut text = err.to_string();
@@ -280,6 +308,37 @@ mod tests {
         assert_eq!(fetcher.fetch_small(&location, 10).unwrap(), b"0123456789");
         let err = fetcher.fetch_small(&location, 9).unwrap_err();
         assert!(matches!(err, ArtifactError::TooLarge { limit: 9, .. }), "{err}");
+    }
+
+    #[test]
+    fn a_redirect_from_https_to_http_is_refused_at_any_hop_and_the_count_is_bounded() {
+        let u = |s: &str| url::Url::parse(s).unwrap();
+        let secure = u("https://mirror.example/coredns.tgz");
+        let plain = u("http://cache.example/coredns.tgz");
+        let err = redirect_refusal(std::slice::from_ref(&secure), &plain).unwrap();
+        assert!(
+            err.contains("redirected from https to http://cache.example/coredns.tgz"),
+            "{err}"
+        );
+        // Through another https hop first, still refused.
+        let hop = u("https://cdn.example/x");
+        assert!(redirect_refusal(&[secure.clone(), hop], &plain).is_some());
+        // https → https, and an http source (which said AllowHTTP) to either, are followed.
+        assert_eq!(
+            redirect_refusal(std::slice::from_ref(&secure), &u("https://cdn.example/y")),
+            None
+        );
+        assert_eq!(redirect_refusal(std::slice::from_ref(&plain), &secure), None);
+        assert_eq!(
+            redirect_refusal(std::slice::from_ref(&plain), &u("http://other/z")),
+            None
+        );
+        let many = vec![secure.clone(); MAX_REDIRECTS + 1];
+        assert_eq!(
+            redirect_refusal(&many, &secure).as_deref(),
+            Some("more than 10 redirects")
+        );
+        assert_eq!(redirect_refusal(&many[..MAX_REDIRECTS], &secure), None);
     }
 
     #[test]

@@ -252,8 +252,20 @@ pub fn resolve_online(
             )
         }
     };
+    let location = Location::parse(&field, &address)?;
+    let allow_http = download.and_then(|d| d.allow_http) == Some(true);
+    if matches!(&location, Location::Http(url) if url.scheme() == "http") && !allow_http {
+        return Err(ArtifactError::InvalidSource {
+            reason: format!(
+                "{address} is plain http, which this source does not allow: use https://, \
+                 or set {}.AllowHTTP to true to fetch it without TLS",
+                spec.config_path
+            ),
+            field,
+        });
+    }
     let resolved = Resolved {
-        location: Location::parse(&field, &address)?,
+        location,
         version,
         arch: arch.to_string(),
         expected: Expected::Sidecar,
@@ -303,7 +315,8 @@ mod tests {
             url: url.map(Into::into),
             base_url: base.map(Into::into),
             version: version.map(Into::into),
-            sha256: None,
+            allow_http: Some(true),
+            ..Default::default()
         }
     }
 
@@ -342,6 +355,30 @@ mod tests {
         let r = resolve_online(&COREDNS, Some(&d), None, "amd64").unwrap();
         assert_eq!(r.location.to_string(), "http://h/1.2.3/cd-amd64.tar.gz");
         assert!(r.location.is_archive());
+    }
+
+    /// What validation refuses, the resolver refuses too (`coredns install` reads its config
+    /// without validating it): plain http only with the source's `AllowHTTP`.
+    #[test]
+    fn plain_http_resolves_only_where_the_source_allows_it() {
+        let plain = DownloadSource {
+            allow_http: None,
+            ..source(None, Some("http://10.0.0.1:8080/mirror"), Some("1.15.0"))
+        };
+        let err = resolve_online(&COREDNS, Some(&plain), None, "amd64")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("Downloads.CoreDNS.BaseURL")
+                && err.contains("is plain http, which this source does not allow")
+                && err.contains("set Downloads.CoreDNS.AllowHTTP to true"),
+            "{err}"
+        );
+        let allowed = DownloadSource {
+            allow_http: Some(true),
+            ..plain
+        };
+        assert!(resolve_online(&COREDNS, Some(&allowed), None, "amd64").is_ok());
     }
 
     #[test]

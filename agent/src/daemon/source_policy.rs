@@ -4,7 +4,8 @@
 //! allows: `Daemon.AllowedSources`, else the applied config's own base for that source. The list
 //! lives in the node's config, which no Machine field reaches, so whoever edits a Machine cannot
 //! widen it; a sidecar from the new address proves nothing about who put the binary there.
-//! Sources taken from the node's offline bundle are the node's own and are not limited here.
+//! Nor can a Machine turn on plain http for a source (`AllowHTTP`). Sources taken from the node's
+//! offline bundle are the node's own and are not limited here.
 
 use crate::artifact::source::{self, ArtifactSpec, COREDNS, KUBECTL, KUBELET};
 use crate::config::{DownloadSource, RawConfig};
@@ -24,17 +25,16 @@ fn fallback(config: &RawConfig, key: &str) -> Option<String> {
         .flatten()
 }
 
-/// Where `spec` is fetched from under `config` (`None` when the config cannot say; validation
-/// names that).
-fn address(config: &RawConfig, key: &str, spec: &ArtifactSpec, arch: &str) -> Option<String> {
+/// Where `spec` is fetched from under `config`, or why the config cannot say.
+fn address(config: &RawConfig, key: &str, spec: &ArtifactSpec, arch: &str) -> Result<String, String> {
     source::resolve_online(
         spec,
         download(config, key),
         fallback(config, key).as_deref(),
         arch,
     )
-    .ok()
     .map(|r| r.location.to_string())
+    .map_err(|e| e.to_string())
 }
 
 /// The bases the applied config allows for `spec`: `Daemon.AllowedSources`, else its own base
@@ -83,14 +83,26 @@ pub fn check(applied: &RawConfig, wanted: &RawConfig, arch: &str) -> Result<(), 
         ("Kubernetes", &[KUBELET, KUBECTL][..]),
         ("CoreDNS", &[COREDNS][..]),
     ] {
+        let allows_http = |c: &RawConfig| download(c, key).and_then(|d| d.allow_http) == Some(true);
+        if allows_http(wanted) && !allows_http(applied) {
+            problems.push(format!(
+                "Downloads.{key}.AllowHTTP: the Machine turns on plain http for this source \
+                 (only the node's own config can)"
+            ));
+        }
         for spec in specs {
-            let Some(new) = address(wanted, key, spec, arch) else {
-                continue;
-            };
-            let old = address(applied, key, spec, arch);
-            if !offline(applied) && old.as_deref() == Some(new.as_str()) {
+            let new = address(wanted, key, spec, arch);
+            if !offline(applied) && address(applied, key, spec, arch) == new {
                 continue;
             }
+            let new = match new {
+                Ok(new) => new,
+                // Changed into something no download can come from: never taken.
+                Err(reason) => {
+                    problems.push(format!("Downloads.{key}: {reason}"));
+                    continue;
+                }
+            };
             let name = spec.name;
             if download(wanted, key).and_then(|d| d.pinned(name)).is_none() {
                 problems.push(format!(
@@ -128,8 +140,8 @@ mod tests {
         config(json!({
             "Cluster": {"Version": "v1.35.4"},
             "Downloads": {
-                "Kubernetes": {"BaseURL": "http://192.168.100.1:8080/kubernetes"},
-                "CoreDNS": {"BaseURL": "http://192.168.100.1:8080/coredns", "Version": "1.15.0"}
+                "Kubernetes": {"BaseURL": "http://192.168.100.1:8080/kubernetes", "AllowHTTP": true},
+                "CoreDNS": {"BaseURL": "http://192.168.100.1:8080/coredns", "Version": "1.15.0", "AllowHTTP": true}
             }
         }))
     }
@@ -202,6 +214,39 @@ mod tests {
             json!({"Cluster": {"Version": "v1.35.5"}, "Downloads": {"Kubernetes": {"SHA256": {"kubelet": PIN, "kubectl": PIN}}}}),
         );
         assert_eq!(check(&applied(), &both, "amd64"), Ok(()));
+    }
+
+    /// Plain http is the node's choice: a Machine turning `AllowHTTP` on is refused, even for a
+    /// pinned download below an allowed base, and so is a move to http without it.
+    #[test]
+    fn a_machine_cannot_turn_on_plain_http() {
+        let mut https = applied();
+        https.downloads.as_mut().unwrap().core_dns = Some(DownloadSource {
+            base_url: Some("https://mirror.example/coredns".into()),
+            ..Default::default()
+        });
+        let wanted = |patch| {
+            let mut value = serde_json::to_value(&https).unwrap();
+            crate::config::merge_patch(&mut value, &patch);
+            config(value)
+        };
+        let turned_on = wanted(
+            json!({"Downloads": {"CoreDNS": {"AllowHTTP": true, "Version": "1.15.1", "SHA256": {"coredns": PIN}}}}),
+        );
+        assert_eq!(
+            check(&https, &turned_on, "amd64").unwrap_err(),
+            "Downloads.CoreDNS.AllowHTTP: the Machine turns on plain http for this source \
+             (only the node's own config can)"
+        );
+        // Moved to http without it: the address itself is refused, never skipped.
+        let moved = wanted(
+            json!({"Downloads": {"CoreDNS": {"BaseURL": "http://mirror.example/coredns", "SHA256": {"coredns": PIN}}}}),
+        );
+        let err = check(&https, &moved, "amd64").unwrap_err();
+        assert!(
+            err.starts_with("Downloads.CoreDNS: ") && err.contains("is plain http"),
+            "{err}"
+        );
     }
 
     #[test]

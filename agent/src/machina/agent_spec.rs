@@ -92,4 +92,8 @@ pub struct DownloadSourceSpec {
     /// own config allows (`Daemon.AllowedSources`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha256: Option<std::collections::BTreeMap<String, String>>,
+    /// `true`: the source may be plain `http://`. Only the node's own config can turn this on; the
+    /// daemon refuses a Machine that does.
+    #[serde(rename = "allowHTTP", default, skip_serializing_if = "Option::is_none")]
+    pub allow_http: Option<bool>,
 }

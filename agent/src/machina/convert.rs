@@ -77,7 +77,7 @@ mirror_fields!(LocalDnsSpec <=> LocalDnsConfig {
     notrack_replies,
 });
 
-mirror_fields!(DownloadSourceSpec <=> DownloadSource { url, base_url, version, sha256 });
+mirror_fields!(DownloadSourceSpec <=> DownloadSource { url, base_url, version, sha256, allow_http });
 
 impl AgentSpec {
     /// The agent settings an agent config carries; `None` when it has neither LocalDNS nor downloads.

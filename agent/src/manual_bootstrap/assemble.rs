@@ -268,7 +268,7 @@ mod tests {
         let machine = Machine::new("m1", MachineSpec::default());
         let raw = agent_config(&facts(), &machine, None, &token(), &Overrides::default());
         let base = serde_json::json!({
-            "MachineImage": {"URL": "http://192.0.2.1:8080/rootfs.tar.gz", "SHA256": "a".repeat(64)},
+            "MachineImage": {"URL": "http://192.0.2.1:8080/rootfs.tar.gz", "SHA256": "a".repeat(64), "AllowHTTP": true},
             "Kubelet": {"ApiServer": "https://base.invalid:6443", "Configuration": {"podCIDR": "10.244.1.0/24"}},
             "NodeName": "from-the-base"
         });

@@ -78,6 +78,8 @@ pub struct Source {
     pub version: Option<Version>,
     /// `SHA256`: pinned digests by binary, lowercase.
     pub sha256: std::collections::BTreeMap<String, String>,
+    /// `AllowHTTP`: the source may be plain `http://`.
+    pub allow_http: bool,
 }
 
 impl Source {
@@ -88,6 +90,7 @@ impl Source {
             base_url: self.base_url.clone(),
             version: self.version.as_ref().map(|v| v.as_str().to_owned()),
             sha256: (!self.sha256.is_empty()).then(|| self.sha256.clone()),
+            allow_http: self.allow_http.then_some(true),
         }
     }
 }

@@ -15,6 +15,20 @@ pub fn url(s: &str) -> Result<(), String> {
     }
 }
 
+/// An artifact's address: [`url`], and `https://` unless its source's `AllowHTTP` (the field
+/// `allow_field`) is `true`; plain http lets anyone on the way swap the file and its sidecar.
+pub fn source_url(s: &str, allow_http: bool, allow_field: &str) -> Result<(), String> {
+    url(s)?;
+    if allow_http || s.starts_with("https://") {
+        Ok(())
+    } else {
+        Err(format!(
+            "{s:?} is plain http, which this source does not allow: use https://, \
+             or set {allow_field} to true to fetch it without TLS"
+        ))
+    }
+}
+
 /// `OfflineArtifacts.Source`: the bundle directory, exactly what `start` reads
 /// ([`crate::artifact::offline::bundle_dir`]): an absolute path or a `file://` URL. An offline
 /// bundle is never fetched, so an http(s) URL is refused here rather than by `start`.

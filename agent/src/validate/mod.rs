@@ -100,9 +100,17 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
     let machine_image = raw.machine_image.as_ref().and_then(|m| {
         let url = required(m.url.as_deref(), "MachineImage.URL", &mut p);
         let sha = required(m.sha256.as_deref(), "MachineImage.SHA256", &mut p);
-        url.and_then(|u| check(general::url(u), "MachineImage.URL", &mut p).map(|()| u.to_owned()))
-            .zip(sha.and_then(|s| check(general::sha256(s), "MachineImage.SHA256", &mut p)))
-            .map(|(url, sha256)| Artifact { url, sha256 })
+        let allow_http = m.allow_http == Some(true);
+        url.and_then(|u| {
+            check(
+                general::source_url(u, allow_http, "MachineImage.AllowHTTP"),
+                "MachineImage.URL",
+                &mut p,
+            )
+            .map(|()| u.to_owned())
+        })
+        .zip(sha.and_then(|s| check(general::sha256(s), "MachineImage.SHA256", &mut p)))
+        .map(|(url, sha256)| Artifact { url, sha256 })
     });
 
     let mut container_images = Vec::new();
@@ -110,10 +118,10 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Problems> {
         let at = index("ContainerImages", i);
         let reference = required(c.reference.as_deref(), &field(&at, "Ref"), &mut p)
             .and_then(|r| check(general::one_line(r), &field(&at, "Ref"), &mut p).map(|()| r.to_owned()));
-        let url = c
-            .url
-            .as_deref()
-            .and_then(|u| check(general::url(u), &field(&at, "URL"), &mut p).map(|()| u.to_owned()));
+        let url = c.url.as_deref().and_then(|u| {
+            let allowed = general::source_url(u, c.allow_http == Some(true), &field(&at, "AllowHTTP"));
+            check(allowed, &field(&at, "URL"), &mut p).map(|()| u.to_owned())
+        });
         let sha256 = c
             .sha256
             .as_deref()
@@ -238,18 +246,24 @@ fn version(v: Option<&str>, path: &str, p: &mut Problems) -> Option<Version> {
 /// `Downloads.<source>`; `binaries` are the names its `SHA256` may pin.
 fn source(raw: Option<&DownloadSource>, path: &str, binaries: &[&str], p: &mut Problems) -> Source {
     let Some(raw) = raw else { return Source::default() };
+    let allow_http = raw.allow_http == Some(true);
+    let allow_field = field(path, "AllowHTTP");
     let url = raw.url.as_deref().and_then(|u| {
         // `{version}` and `{arch}` are placeholders, replaced before use.
         let probe = u.replace("{version}", "0.0.0").replace("{arch}", "amd64");
-        check(
-            general::url(&probe).map_err(|_| format!("{u:?} is not an http:// or https:// URL")),
-            &field(path, "URL"),
-            p,
-        )
-        .map(|()| u.to_owned())
+        let checked = match general::url(&probe) {
+            Err(_) => Err(format!("{u:?} is not an http:// or https:// URL")),
+            Ok(()) => general::source_url(u, allow_http, &allow_field),
+        };
+        check(checked, &field(path, "URL"), p).map(|()| u.to_owned())
     });
     let base_url = raw.base_url.as_deref().and_then(|u| {
-        check(general::url(u), &field(path, "BaseURL"), p).map(|()| u.trim_end_matches('/').to_owned())
+        check(
+            general::source_url(u, allow_http, &allow_field),
+            &field(path, "BaseURL"),
+            p,
+        )
+        .map(|()| u.trim_end_matches('/').to_owned())
     });
     let mut sha256 = std::collections::BTreeMap::new();
     for (name, digest) in raw.sha256.iter().flatten() {
@@ -271,6 +285,7 @@ fn source(raw: Option<&DownloadSource>, path: &str, binaries: &[&str], p: &mut P
         base_url,
         version: version(raw.version.as_deref(), &field(path, "Version"), p),
         sha256,
+        allow_http,
     }
 }
 

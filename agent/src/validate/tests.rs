@@ -156,6 +156,55 @@ fn download_pins_name_the_sources_binaries_and_are_hex() {
     );
 }
 
+/// Plain http only where the source itself says so: each kind of source refuses an `http://`
+/// address naming its own `AllowHTTP`, and takes it once the second patch sets that.
+#[rstest]
+#[case::coredns_base(
+    json!({"Downloads": {"CoreDNS": {"BaseURL": "http://mirror/coredns"}}}),
+    json!({"Downloads": {"CoreDNS": {"AllowHTTP": true}}}),
+    "Downloads.CoreDNS.BaseURL",
+    "Downloads.CoreDNS.AllowHTTP"
+)]
+#[case::kubernetes_url(
+    json!({"Downloads": {"Kubernetes": {"URL": "http://mirror/{version}/{arch}/kubelet"}}}),
+    json!({"Downloads": {"Kubernetes": {"AllowHTTP": true}}}),
+    "Downloads.Kubernetes.URL",
+    "Downloads.Kubernetes.AllowHTTP"
+)]
+#[case::machine_image(
+    json!({"MachineImage": {"URL": "http://mirror/rootfs.tar.gz", "SHA256": "a".repeat(64)}}),
+    json!({"MachineImage": {"AllowHTTP": true}}),
+    "MachineImage.URL",
+    "MachineImage.AllowHTTP"
+)]
+#[case::container_image(
+    json!({"ContainerImages": [{"Ref": "pause:3.10", "URL": "http://mirror/pause.tar"}]}),
+    json!({"ContainerImages": [{"Ref": "pause:3.10", "URL": "http://mirror/pause.tar", "AllowHTTP": true}]}),
+    "ContainerImages[0].URL",
+    "ContainerImages[0].AllowHTTP"
+)]
+fn plain_http_is_refused_unless_the_source_allows_it(
+    #[case] patch: Value,
+    #[case] allow: Value,
+    #[case] url_field: &str,
+    #[case] allow_field: &str,
+) {
+    let got = problems(patch.clone());
+    let want = format!("{url_field}: ");
+    let line = got
+        .iter()
+        .find(|p| p.starts_with(&want))
+        .unwrap_or_else(|| panic!("want a line for {url_field}, got {got:#?}"));
+    assert!(
+        line.contains("is plain http, which this source does not allow: use https://, or set ")
+            && line.ends_with(&format!("{allow_field} to true to fetch it without TLS")),
+        "{line}"
+    );
+    let mut allowed = patch;
+    merge(&mut allowed, &allow);
+    assert_eq!(problems(allowed), Vec::<String>::new());
+}
+
 #[rstest]
 #[case::absolute_path("/mnt/lab")]
 #[case::file_url("file:///mnt/lab")]
@@ -225,12 +274,12 @@ fn required_plugins_are_normalised_sorted_and_merged_with_the_baseline() {
 #[test]
 fn versions_and_urls_are_normalised() {
     let c = checked(
-        json!({"Downloads": {"CoreDNS": {"Version": "v1.12.4", "BaseURL": "http://192.168.100.1:8080/coredns/"}}}),
+        json!({"Downloads": {"CoreDNS": {"Version": "v1.12.4", "BaseURL": "https://192.168.100.1:8443/coredns/"}}}),
     );
     assert_eq!(c.downloads.core_dns.version.unwrap().as_str(), "1.12.4");
     assert_eq!(
         c.downloads.core_dns.base_url.unwrap(),
-        "http://192.168.100.1:8080/coredns"
+        "https://192.168.100.1:8443/coredns"
     );
 }
 

@@ -42,6 +42,8 @@ pub fn online(url: Option<String>, base_url: Option<String>) -> Request {
         download: DownloadSource {
             url,
             base_url,
+            // The test server is plain http on loopback.
+            allow_http: Some(true),
             ..DownloadSource::default()
         },
         offline_source: None,
