@@ -7,6 +7,7 @@ pub mod cli;
 pub mod config;
 pub mod corefile;
 pub mod daemon;
+pub mod error_chain;
 pub mod exec;
 pub mod files;
 pub mod goal;

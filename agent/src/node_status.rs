@@ -1,5 +1,6 @@
 //! What `unbounded-agent status` reports about this host: the install (active slot, stage,
-//! config digest), an operation under way or interrupted, the last one that finished, a repave
+//! config digest), an operation under way or interrupted, the last one that finished and the
+//! last that failed since (its step and error), a repave
 //! under way, and LocalDNS's health on both listeners (the supervisor's own probes: `/ready`
 //! and a DNS query for the health name). Problems are listed, so the command can exit non-zero.
 
@@ -11,7 +12,7 @@ use serde::Serialize;
 
 use crate::corefile::{HEALTH_NAME, READY_PORT};
 use crate::files::under;
-use crate::install_state::{self, FinishedOperation, InstallState, OperationRecord, Stage};
+use crate::install_state::{self, FailedOperation, FinishedOperation, InstallState, OperationRecord, Stage};
 use crate::lifecycle::repave_state::{self, RepaveState};
 use crate::names::Slot;
 use crate::supervisor::probe;
@@ -42,6 +43,8 @@ pub struct Install {
     /// the same command again to finish it).
     pub operation_under_way: Option<OperationRecord>,
     pub last_operation: Option<FinishedOperation>,
+    /// The last operation that failed since one last finished: its step and error.
+    pub last_failure: Option<FailedOperation>,
     pub repave_under_way: Option<RepaveState>,
 }
 
@@ -120,6 +123,7 @@ pub fn gather(root: &Path) -> NodeStatus {
             config_sha256: state.config_sha256.clone(),
             operation_under_way: state.operation.clone(),
             last_operation: state.last_operation.clone(),
+            last_failure: state.last_failure.clone(),
             repave_under_way: repave,
         }),
         local_dns,
@@ -141,6 +145,12 @@ pub fn install_problems(state: &InstallState, repave: Option<&RepaveState>) -> V
         problems.push(format!(
             "{} is under way or was interrupted at step {} (run `unbounded-agent {}` again to finish it)",
             op.kind, op.step, op.kind
+        ));
+    }
+    if let Some(failed) = &state.last_failure {
+        problems.push(format!(
+            "{} failed at step {}: {}",
+            failed.kind, failed.step, failed.error
         ));
     }
     if let Some(repave) = repave {
@@ -203,7 +213,7 @@ pub fn to_text(status: &NodeStatus) -> String {
         None => out.push_str("install: none\n"),
         Some(install) => {
             out.push_str(&format!(
-                "install: machine {}, stage {}, config sha256 {}\n",
+                "install: active slot {} (machine {0}), stage {}, config sha256 {}\n",
                 install.slot,
                 install.stage.as_str(),
                 install.config_sha256
@@ -214,6 +224,12 @@ pub fn to_text(status: &NodeStatus) -> String {
                     last.kind, last.finished_at, last.slot
                 )),
                 None => out.push_str("last operation: none recorded\n"),
+            }
+            if let Some(failed) = &install.last_failure {
+                out.push_str(&format!(
+                    "last failure: {} failed at step {} (unix time {}): {}\n",
+                    failed.kind, failed.step, failed.failed_at, failed.error
+                ));
             }
             if let Some(op) = &install.operation_under_way {
                 out.push_str(&format!(
@@ -311,6 +327,51 @@ mod tests {
         assert_eq!(json["install"]["stage"], "complete");
         assert_eq!(json["install"]["lastOperation"]["kind"], "repave");
         assert!(to_text(&status).contains("last operation: repave finished"));
+    }
+
+    #[test]
+    fn a_failed_operation_is_reported_with_its_step_and_error_beside_the_last_finished() {
+        let root = tempfile::tempdir().unwrap();
+        let mut state = InstallState::new(Slot::Kube1, Stage::Complete, "abc");
+        state.last_operation = Some(FinishedOperation {
+            kind: "start".into(),
+            finished_at: 1_800_000_000,
+            slot: Slot::Kube1,
+        });
+        state.last_failure = Some(FailedOperation {
+            kind: "apply".into(),
+            step: "reconfigure".into(),
+            failed_at: 1_800_000_100,
+            error: "CoreDNS: checksum mismatch".into(),
+        });
+        installed(root.path(), &state);
+        let status = gather(root.path());
+        assert!(
+            status
+                .problems
+                .contains(&"apply failed at step reconfigure: CoreDNS: checksum mismatch".to_string()),
+            "{:?}",
+            status.problems
+        );
+        let text = to_text(&status);
+        assert!(
+            text.starts_with("install: active slot kube1 (machine kube1), stage complete"),
+            "{text}"
+        );
+        assert!(
+            text.contains("last operation: start finished (unix time 1800000000), node in kube1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("last failure: apply failed at step reconfigure (unix time 1800000100): CoreDNS: checksum mismatch\n"),
+            "{text}"
+        );
+        let json = serde_json::to_value(&status).unwrap();
+        assert_eq!(json["install"]["lastFailure"]["step"], "reconfigure");
+        assert_eq!(
+            json["install"]["lastFailure"]["error"],
+            "CoreDNS: checksum mismatch"
+        );
     }
 
     #[test]

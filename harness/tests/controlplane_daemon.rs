@@ -861,7 +861,7 @@ async fn the_daemons_own_identity_runs_its_operations_and_can_touch_no_other_mac
         tokio::time::sleep(Duration::from_millis(1100)).await; // a later `iat`
         let renewed = agent::daemon::renew::renew_once(&client, &token_path)
             .await
-            .unwrap_or_else(|e| panic!("{}", agent::manual_bootstrap::cluster::chain(&e)));
+            .unwrap_or_else(|e| panic!("{}", agent::error_chain::chain(&e)));
         assert_eq!(renewed.subject, before.subject);
         assert!(renewed.issued_at > before.issued_at, "{before:?} → {renewed:?}");
         assert!(

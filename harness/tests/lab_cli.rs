@@ -152,15 +152,31 @@ fn ctrl_c_stops_lab_up_and_leaves_nothing() {
     assert_nothing_left(n);
 }
 
+/// A lab whose owner was killed (SIGKILL: nothing tore it down) is not healthy: `lab status`
+/// exits 1 naming the gone owner, and `lab down` still removes everything the lab left.
 #[test]
 fn lab_down_removes_a_lab_whose_owner_was_killed() {
     let n = unused_number(2);
     let mut up = lab_up(n);
-    kill(Pid::from_raw(up.id() as i32), Signal::SIGKILL).unwrap();
+    let owner = up.id();
+    kill(Pid::from_raw(owner as i32), Signal::SIGKILL).unwrap();
     up.wait().unwrap();
     assert!(
         netns::exists(&format!("lab-{n}")),
         "SIGKILL cannot clean up; the lab should still be there"
+    );
+    let status =
+        agent::exec::run_unchecked(Command::new(&*HARNESS).args(["lab", "status", "--lab", &n.to_string()]))
+            .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&status.stdout),
+        String::from_utf8_lossy(&status.stderr)
+    );
+    assert_eq!(status.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains(&format!("the lab's owner {owner} is gone")),
+        "{said}"
     );
     agent::exec::run(Command::new(&*HARNESS).args(["lab", "down", "--lab", &n.to_string()])).unwrap();
     assert_nothing_left(n);
@@ -216,7 +232,7 @@ fn a_run_without_root_stops_at_once_in_one_line() {
 /// the lab's record and its DNS/HTTP logs, and the index marks the cluster as not collected.
 #[test]
 fn lab_status_and_logs_describe_a_running_lab_from_another_process() {
-    let n = unused_number(3);
+    let n = unused_number(6);
     let mut up = lab_up(n);
     let lab = n.to_string();
     let out =

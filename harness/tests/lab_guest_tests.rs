@@ -14,9 +14,10 @@ use harness::vm::{BootImage, Vm};
 
 const SMOKE: &str = "binary_id(agent::guest_smoke)";
 /// The guest test binaries that must run in the VM (a missing one fails the run).
-const GUEST_BINARIES: [&str; 4] = [
+const GUEST_BINARIES: [&str; 5] = [
     "agent::guest_smoke",
     "agent::guest_hostnet",
+    "agent::guest_start_hostile_rootfs",
     "harness::guest_localdns_live",
     "harness::guest_localdns_notrack",
 ];

@@ -3,12 +3,14 @@
 //! What a resumed node is (its clock, address, Lease, DNS, link and table) is checked with the
 //! other read checks on one resumed node (`scenarios/tests/resumed_node/checkpoint.rs`).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
 
 /// How long `harness lab up` gets to resume the node and say the lab runs (TCG, a loaded host).
 const LAB_UP_DEADLINE: Duration = Duration::from_secs(600);
+/// How long `lab up` may take to return after its lab ran.
+const RETURN_DEADLINE: Duration = Duration::from_secs(60);
 
 /// `harness lab up` resumes a node from its checkpoint when one exists for its key, says so,
 /// and the Node is Ready in the lab it keeps; `harness lab down` then takes it all away.
@@ -78,6 +80,32 @@ fn harness_lab_up_resumes_the_node_from_its_checkpoint_and_says_so() -> anyhow::
             !seen.contains("joining for real"),
             "`harness lab up` joined for real:\n{seen}"
         );
+        // A resumed node is described as fully as a joined one: the lab, its cluster, the node.
+        for said in [
+            ": bridge ",
+            "Kind cluster ready: Kubernetes",
+            &format!("Node {} is Ready (LocalDNS on", saved.info.deployed.name),
+            "machinectl shell kube1",
+        ] {
+            ensure!(
+                seen.contains(said),
+                "`harness lab up` resumed without saying {said:?}:\n{seen}"
+            );
+        }
+        // `lab up` returns on its own once the lab runs (like `kind create cluster`), exit 0,
+        // and the lab stays up after it.
+        let returned = Instant::now() + RETURN_DEADLINE;
+        let status = loop {
+            if let Some(status) = up.try_wait()? {
+                break status;
+            }
+            ensure!(
+                Instant::now() < returned,
+                "`harness lab up` still holds the terminal {RETURN_DEADLINE:?} after its lab ran"
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        };
+        ensure!(status.success(), "`harness lab up` returned {status}:\n{seen}");
         let ready = agent::exec::run_stdout(Command::new(&binary).args([
             "lab",
             "kubectl",
@@ -98,12 +126,11 @@ fn harness_lab_up_resumes_the_node_from_its_checkpoint_and_says_so() -> anyhow::
         Ok(())
     })();
     let down = agent::exec::run(Command::new(&binary).args(["lab", "down", "--lab", &lab]));
-    let status = up.wait()?;
+    if result.is_err() {
+        let _ = up.kill();
+    }
+    let _ = up.wait();
     result?;
     down?;
-    ensure!(
-        status.success(),
-        "`harness lab up` exited with {status} after `lab down`"
-    );
     Ok(())
 }

@@ -137,7 +137,7 @@ impl Fetcher {
                     },
                 ))
                 .build()
-                .map_err(|e| error_chain(&e))
+                .map_err(|e| crate::error_chain::chain(&e))
         });
         client.as_ref().map_err(|reason| ArtifactError::Transport {
             url: url.to_string(),
@@ -183,8 +183,8 @@ impl Fetcher {
         let mut response = match client.get(url).send() {
             Ok(response) => response,
             // A refused redirect is the same on every try.
-            Err(e) if e.is_redirect() => return Attempt::Fail(transport(error_chain(&e))),
-            Err(e) => return Attempt::Retry(transport(error_chain(&e))),
+            Err(e) if e.is_redirect() => return Attempt::Fail(transport(crate::error_chain::chain(&e))),
+            Err(e) => return Attempt::Retry(transport(crate::error_chain::chain(&e))),
         };
         let status = response.status();
         if !status.is_success() {
@@ -221,7 +221,7 @@ impl Fetcher {
                             expected,
                             attempts,
                         },
-                        _ => transport(error_chain(&e)),
+                        _ => transport(crate::error_chain::chain(&e)),
                     });
                 }
             };
@@ -277,21 +277,6 @@ fn redirect_refusal(previous: &[url::Url], next: &url::Url) -> Option<String> {
             next.scheme()
         )
     })
-}
-
-/// An error with its causes, `a: b: c` (reqwest's own message is terse).
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

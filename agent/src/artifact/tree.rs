@@ -68,25 +68,17 @@ pub fn extract_tree(archive: &Path, dest: &Path, limits: TreeLimits) -> Result<T
         if summary.bytes > limits.max_total_bytes {
             return Err(format!("more than {} bytes unpacked", limits.max_total_bytes));
         }
-        entry
-            .unpack_in(dest)
-            .map_err(|e| format!("member {name:?} could not be unpacked: {}", error_chain(&e)))?;
+        entry.unpack_in(dest).map_err(|e| {
+            format!(
+                "member {name:?} could not be unpacked: {}",
+                crate::error_chain::chain(&e)
+            )
+        })?;
     }
     if summary.entries == 0 {
         return Err("it holds no member".into());
     }
     Ok(summary)
-}
-
-/// An error with its causes (the `tar` crate puts the reason in the source).
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(&format!(": {cause}"));
-        source = cause.source();
-    }
-    text
 }
 
 fn check_member_name(name: &str) -> Result<(), String> {

@@ -13,6 +13,7 @@ use sha2::{Digest, Sha256};
 use super::drift::{self, Desired};
 use super::error::DaemonError;
 use super::run::Daemon;
+use crate::error_chain::chain;
 use crate::files::{under, write_atomic};
 use crate::install_state::{self, Stage};
 use crate::lifecycle::Operation;
@@ -21,7 +22,6 @@ use crate::machina::machine_configuration_version::version_object_name;
 use crate::machina::{
     Machine, MachineConfiguration, MachineConfigurationTemplate, MachineConfigurationVersion, MachinePhase,
 };
-use crate::manual_bootstrap::cluster::chain;
 use crate::start::node::applied_paths;
 
 pub use crate::paths::DESIRED_CONFIG;

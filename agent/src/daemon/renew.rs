@@ -120,7 +120,7 @@ pub async fn keep_renewed(client: kube::Client, path: PathBuf) -> Infallible {
         let wait = match read(&path) {
             Ok(claims) => due_in(&claims, now()),
             Err(err) => {
-                tracing::warn!(error = %crate::manual_bootstrap::cluster::chain(&err), "cannot tell when to renew the daemon's token");
+                tracing::warn!(error = %crate::error_chain::chain(&err), "cannot tell when to renew the daemon's token");
                 RETRY
             }
         };
@@ -132,7 +132,7 @@ pub async fn keep_renewed(client: kube::Client, path: PathBuf) -> Infallible {
                 "renewed the daemon's token"
             ),
             Err(err) => {
-                tracing::warn!(error = %crate::manual_bootstrap::cluster::chain(&err), "could not renew the daemon's token; trying again in 30 s");
+                tracing::warn!(error = %crate::error_chain::chain(&err), "could not renew the daemon's token; trying again in 30 s");
                 tokio::time::sleep(RETRY).await;
             }
         }

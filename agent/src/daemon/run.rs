@@ -19,10 +19,10 @@ use super::node_watch::{self, NodeMemory};
 use super::select::{self, Me};
 use super::status;
 use super::watch_event::{self, AfterEvent};
+use crate::error_chain::chain;
 use crate::lifecycle::{self, Operation, Options, Outcome};
 use crate::machina::machine_operation::{MachineOperation, MachineOperationStatus};
 use crate::machina::{Machine, MachineConfiguration, MachinePhase};
-use crate::manual_bootstrap::cluster::chain;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 

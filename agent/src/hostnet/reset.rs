@@ -123,7 +123,7 @@ fn delete_table(report: &mut ResetReport) {
     match nft::delete_table() {
         Ok(true) => report.removed.push(what),
         Ok(false) => report.already_absent.push(what),
-        Err(err) => report.failed.push((what, error_chain(&err))),
+        Err(err) => report.failed.push((what, crate::error_chain::chain(&err))),
     }
 }
 
@@ -143,7 +143,7 @@ fn delete_link(report: &mut ResetReport) {
         Ok(None) => report.already_absent.push(what),
         Ok(Some(Ok(()))) => report.removed.push(what),
         Ok(Some(Err(foreign))) => report.failed.push((what, foreign.to_string())),
-        Err(err) => report.failed.push((what, error_chain(&err))),
+        Err(err) => report.failed.push((what, crate::error_chain::chain(&err))),
     }
 }
 
@@ -159,17 +159,6 @@ fn remove_file(report: &mut ResetReport, path: &Path, report_absent: bool) {
         }
         Err(err) => report.failed.push((what, err.to_string())),
     }
-}
-
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 /// Removes the network unit (stopped and disabled first), our nft table, the `localdns` dummy link

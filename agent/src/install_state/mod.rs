@@ -74,6 +74,19 @@ pub struct FinishedOperation {
     pub slot: Slot,
 }
 
+/// The last lifecycle operation that stopped on an error, until one finishes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FailedOperation {
+    pub kind: String,
+    /// The step that failed.
+    pub step: String,
+    /// Unix time (seconds) it failed.
+    pub failed_at: u64,
+    /// The error with its causes, one line.
+    pub error: String,
+}
+
 /// The record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -94,6 +107,9 @@ pub struct InstallState {
     /// The last operation that finished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_operation: Option<FinishedOperation>,
+    /// The last operation that failed, since one last finished (cleared when one finishes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failure: Option<FailedOperation>,
 }
 
 impl InstallState {
@@ -107,6 +123,7 @@ impl InstallState {
             manifest: Manifest::default(),
             operation: None,
             last_operation: None,
+            last_failure: None,
         }
     }
 }

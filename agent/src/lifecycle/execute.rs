@@ -10,7 +10,7 @@ use super::observe::{LoadedConfig, Observation};
 use super::plan::{Operation, Step};
 use super::progress::Progress;
 use super::repave_state::{self, RepaveState};
-use super::state::{self, FinishedOperation, InstallState, OperationRecord, Stage};
+use super::state::{self, FailedOperation, FinishedOperation, InstallState, OperationRecord, Stage};
 use super::{Options, reconfigure, repave};
 use crate::artifact::{FetchOptions, Fetcher, checksum};
 use crate::files::{under, write_atomic};
@@ -141,10 +141,14 @@ impl<'a> Executor<'a> {
         Ok(())
     }
 
-    /// Runs one step, and says how long it took.
+    /// Runs one step, and says how long it took. A step that fails is recorded as the last
+    /// failure (kept until an operation finishes) for `unbounded-agent status`.
     pub fn run_step(&mut self, step: Step) -> Result<(), LifecycleError> {
         let started = std::time::Instant::now();
-        self.run_step_body(step)?;
+        if let Err(err) = self.run_step_body(step) {
+            self.record_failure(step, &err);
+            return Err(err);
+        }
         self.line(&format!(
             "step {} done in {:.1}s",
             step.name(),
@@ -207,19 +211,34 @@ impl<'a> Executor<'a> {
         Ok(())
     }
 
-    /// Clears the operation record and, when the operation `changed` the node (more than making
-    /// sure it runs), records it as the last one finished; returns the slot the node runs in.
+    /// Saves `err` of `step` as the last failure when the node has a state (a start refused
+    /// before it wrote one has nothing to record it in); a failure to save it is only logged,
+    /// `err` is what the caller reports.
+    fn record_failure(&mut self, step: Step, err: &LifecycleError) {
+        let Some(mut s) = self.state.clone() else { return };
+        s.last_failure = Some(FailedOperation {
+            kind: self.op.name().into(),
+            step: step.name().into(),
+            failed_at: unix_now(),
+            error: crate::error_chain::chain(err),
+        });
+        if let Err(save) = self.save_state(s) {
+            tracing::warn!(error = %save, "cannot record the failed step in the install state");
+        }
+    }
+
+    /// Clears the operation record and the last failure and, when the operation `changed` the
+    /// node (more than making sure it runs) or followed a failure, records it as the last one
+    /// finished; returns the slot the node runs in.
     pub fn finish(mut self, changed: bool) -> Result<Slot, LifecycleError> {
         if let Some(mut s) = self.state.clone()
-            && (changed || s.operation.is_some())
+            && (changed || s.operation.is_some() || s.last_failure.is_some())
         {
             s.operation = None;
+            s.last_failure = None;
             s.last_operation = Some(FinishedOperation {
                 kind: self.op.name().into(),
-                finished_at: std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_secs())
-                    .unwrap_or(0),
+                finished_at: unix_now(),
                 slot: self.slot,
             });
             self.save_state(s)?;
@@ -462,4 +481,12 @@ pub fn boot_id(slot: Slot) -> Result<String, StartError> {
         .run_stdout(&["cat", "/proc/sys/kernel/random/boot_id"])?
         .trim()
         .to_owned())
+}
+
+/// Seconds since the Unix epoch (0 for a clock before it).
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }

@@ -2,6 +2,7 @@
 //! and its CA, the Machine, its configuration's template, the cluster DNS address and the
 //! server's version. Every failure names the API server.
 
+use crate::error_chain::chain;
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -172,20 +173,6 @@ pub fn der_to_pem(der: &[u8]) -> String {
     }
     pem.push_str("-----END CERTIFICATE-----\n");
     pem
-}
-
-/// An error and its sources on one line, `a: b: c` (repeats dropped).
-pub fn chain(err: &dyn std::error::Error) -> String {
-    let mut parts: Vec<String> = vec![err.to_string()];
-    let mut source = err.source();
-    while let Some(e) = source {
-        let text = e.to_string();
-        if !parts.iter().any(|p| p.contains(&text)) {
-            parts.push(text);
-        }
-        source = e.source();
-    }
-    parts.join(": ").replace('\n', " ")
 }
 
 #[cfg(test)]

@@ -173,16 +173,23 @@ fn up(
     ready_file: Option<&Path>,
 ) -> anyhow::Result<ExitCode> {
     let spec = lab_spec(control_plane, number);
+    let stop = stop_hint(ready_file.is_some(), number);
     if checkpoint && control_plane && !no_vm {
         let started = Instant::now();
-        if let Some((lab, vm)) = resume_from_checkpoint(node_config, spec.clone())? {
+        if let Some(resumed) = resume_from_checkpoint(node_config, spec.clone())? {
+            let (lab, vm) = (resumed.lab, resumed.vm);
             add_hand_name(&lab)?;
             eprintln!(
                 "==> node {} resumed from its checkpoint in {:.1}s",
                 vm.name(),
                 started.elapsed().as_secs_f64()
             );
-            return keep_until_signal(lab, Some(vm), true, ready_file);
+            print_lab_summary(&lab);
+            eprintln!(
+                "\n==> {}",
+                crate::deploy::join::how_to(&lab, &vm, &resumed.deployed)
+            );
+            return keep_until_signal(lab, Some(vm), true, ready_file, &stop);
         }
     }
     let image = if no_vm {
@@ -198,26 +205,13 @@ fn up(
         eprintln!("==> starting the lab and its Kind cluster ...");
     }
     let lab = Lab::start(spec)?;
-    let addrs = *lab.addrs();
     add_hand_name(&lab)?;
     eprintln!(
-        "==> lab {} up in {:.1}s: bridge {}/24, upstream DNS {}, artifacts {} (serving {})",
+        "==> lab {} up in {:.1}s",
         lab.name(),
-        started.elapsed().as_secs_f64(),
-        addrs.bridge_ip(),
-        addrs.dns(),
-        addrs.http_url(),
-        lab.http().root().display()
+        started.elapsed().as_secs_f64()
     );
-    if let Some(cluster) = lab.cluster() {
-        eprintln!(
-            "==> Kind cluster ready: Kubernetes {} at {} (host {}), admin kubeconfig {}",
-            cluster.kubernetes_version,
-            cluster.api_server,
-            cluster.host_api_server,
-            cluster.admin_kubeconfig.display()
-        );
-    }
+    print_lab_summary(&lab);
     let vm = match image {
         None => None,
         Some((name, image)) => {
@@ -232,10 +226,45 @@ fn up(
     };
     // The node: artifacts published, agent deployed and started, Node Ready (crate::deploy).
     let joined = match &vm {
-        Some(vm) if lab.cluster().is_some() => crate::deploy::join::join_and_report(&lab, vm, node_config),
+        Some(vm) if lab.cluster().is_some() => {
+            crate::deploy::join::join_and_report(&lab, vm, node_config, &stop)
+        }
         _ => true,
     };
-    keep_until_signal(lab, vm, joined, ready_file)
+    keep_until_signal(lab, vm, joined, ready_file, &stop)
+}
+
+/// The lab's network, its upstream DNS and artifact server, and its Kind cluster: the same lines
+/// for a lab started fresh and one resumed from a checkpoint.
+fn print_lab_summary(lab: &Lab) {
+    let addrs = lab.addrs();
+    eprintln!(
+        "==> lab {}: bridge {}/24, upstream DNS {}, artifacts {} (serving {})",
+        lab.name(),
+        addrs.bridge_ip(),
+        addrs.dns(),
+        addrs.http_url(),
+        lab.http().root().display()
+    );
+    if let Some(cluster) = lab.cluster() {
+        eprintln!(
+            "==> Kind cluster ready: Kubernetes {} at {} (host {}), admin kubeconfig {}",
+            cluster.kubernetes_version,
+            cluster.api_server,
+            cluster.host_api_server,
+            cluster.admin_kubeconfig.display()
+        );
+    }
+}
+
+/// How to end the lab: `harness lab down` for a lab up that returned (its owner runs detached),
+/// Ctrl-C for one held in the terminal (`--foreground`).
+fn stop_hint(detached: bool, number: u8) -> String {
+    if detached {
+        format!("`harness lab down --lab {number}`")
+    } else {
+        "Ctrl-C here, or `harness lab down` from another terminal".to_string()
+    }
 }
 
 /// One upstream name to try by hand (docs/quickstart.md): the lab's DNS answers nothing else.
@@ -262,7 +291,10 @@ fn lab_spec(control_plane: bool, number: u8) -> LabSpec {
 /// The node of `node_config` resumed from its checkpoint into the lab of `spec`, when one
 /// exists for the node as things are now (agent binary, node config, images; see docs/lab.md,
 /// "Joined-node checkpoints"); `None` (saying why) when there is none or QEMU cannot load it.
-fn resume_from_checkpoint(node_config: &Path, spec: LabSpec) -> anyhow::Result<Option<(Lab, Vm)>> {
+fn resume_from_checkpoint(
+    node_config: &Path,
+    spec: LabSpec,
+) -> anyhow::Result<Option<crate::checkpoint::node::ResumedNode>> {
     use crate::checkpoint::node::{self as saved_node, NodeCheckpointError};
     let node = crate::node_config::NodeConfig::load(node_config)?;
     let cache = crate::cache::Cache::open()?;
@@ -282,7 +314,7 @@ fn resume_from_checkpoint(node_config: &Path, spec: LabSpec) -> anyhow::Result<O
     );
     let share = Some(crate::deploy::plan::target_dir()).filter(|dir| dir.is_dir());
     match saved_node::resume(spec, &node, &cache, &saved, share) {
-        Ok(resumed) => Ok(Some((resumed.lab, resumed.vm))),
+        Ok(resumed) => Ok(Some(resumed)),
         Err(err @ NodeCheckpointError::NotLoaded { .. }) => {
             eprintln!("==> warning: {err}; removing it and joining for real");
             saved.invalidate(&cache)?;
@@ -300,9 +332,10 @@ fn keep_until_signal(
     vm: Option<Vm>,
     joined: bool,
     ready_file: Option<&Path>,
+    stop_hint: &str,
 ) -> anyhow::Result<ExitCode> {
     let stop = signals::subscribe();
-    print_how_to(&lab, vm.as_ref(), ready_file.is_some());
+    print_how_to(&lab, vm.as_ref(), stop_hint);
     let kubeconfig = lab.cluster().map(|cluster| cluster.admin_kubeconfig.clone());
     if let Some(kubeconfig) = &kubeconfig {
         // The one line on stdout: the admin kubeconfig, for scripts.
@@ -325,7 +358,7 @@ fn keep_until_signal(
     })
 }
 
-fn print_how_to(lab: &Lab, vm: Option<&Vm>, detached: bool) {
+fn print_how_to(lab: &Lab, vm: Option<&Vm>, stop_hint: &str) {
     let mut text = format!(
         "\nLab {} is running (owner pid {}).\n",
         lab.name(),
@@ -364,11 +397,7 @@ fn print_how_to(lab: &Lab, vm: Option<&Vm>, detached: bool) {
         lab.name(),
         lab.addrs().bridge_ip(),
         lab.log_dir().display(),
-        if detached {
-            format!("harness lab down --lab {}", lab.number())
-        } else {
-            "Ctrl-C here, or `harness lab down` from another terminal".to_string()
-        }
+        stop_hint
     );
     eprintln!("{text}");
 }

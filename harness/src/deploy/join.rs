@@ -146,7 +146,7 @@ fn go_offline(
 
 /// How to reach a joined node: a shell in the VM and in its machine, kubectl with the admin
 /// kubeconfig, the agent's config and output.
-pub fn how_to(lab: &Lab, vm: &Vm, joined: &Joined) -> String {
+pub fn how_to(lab: &Lab, vm: &Vm, deployed: &DeployedNode) -> String {
     let name = vm.name();
     let mut text = format!(
         "Node {} is Ready (LocalDNS {}), node IP {}, pod CIDR {}.\n\
@@ -154,18 +154,17 @@ pub fn how_to(lab: &Lab, vm: &Vm, joined: &Joined) -> String {
          \x20 the machine:           `machinectl shell kube1` in the VM's shell; from here e.g.\n\
          \x20                        harness vm exec {name} -- systemctl --machine=kube1 status localdns kubelet containerd\n\
          \x20 agent config:          /etc/unbounded/agent/config.json in the VM; `start` output in {}/\n",
-        joined.deployed.name,
-        if joined.deployed.config.local_dns.as_ref().and_then(|l| l.enabled) == Some(true) {
+        deployed.name,
+        if deployed.config.local_dns.as_ref().and_then(|l| l.enabled) == Some(true) {
             "on: localdns.service in machine kube1"
         } else {
             "off"
         },
-        joined.deployed.node_ip,
-        joined.deployed.pod_cidr,
+        deployed.node_ip,
+        deployed.pod_cidr,
         super::evidence::GUEST_LOG_DIR,
     );
-    if let Some(source) = joined
-        .deployed
+    if let Some(source) = deployed
         .config
         .offline_artifacts
         .as_ref()
@@ -174,7 +173,7 @@ pub fn how_to(lab: &Lab, vm: &Vm, joined: &Joined) -> String {
         text += &format!(
             "  offline:               artifacts from the bundle at {source} in the VM; the artifact \
              server is blocked for {} (No route to host)\n",
-            joined.deployed.node_ip
+            deployed.node_ip
         );
     }
     if let Some(cluster) = lab.cluster() {
@@ -191,8 +190,8 @@ pub fn how_to(lab: &Lab, vm: &Vm, joined: &Joined) -> String {
 
 /// For `harness lab up`: joins the node of `node_config` on `vm` (evidence under
 /// `$LAB_ARTIFACTS_DIR/lab-up/`), printing how to reach it, or the error and that the lab stays
-/// up for a look. Returns whether the node joined.
-pub fn join_and_report(lab: &Lab, vm: &Vm, node_config: &std::path::Path) -> bool {
+/// up for a look (`stop` says how to end it). Returns whether the node joined.
+pub fn join_and_report(lab: &Lab, vm: &Vm, node_config: &std::path::Path, stop: &str) -> bool {
     let result = (|| -> Result<Joined, JoinError> {
         let node = NodeConfig::load(node_config)?;
         let cache = Cache::open()?;
@@ -200,13 +199,13 @@ pub fn join_and_report(lab: &Lab, vm: &Vm, node_config: &std::path::Path) -> boo
     })();
     match result {
         Ok(joined) => {
-            eprintln!("\n==> {}", how_to(lab, vm, &joined));
+            eprintln!("\n==> {}", how_to(lab, vm, &joined.deployed));
             true
         }
         Err(err) => {
             eprintln!(
                 "\nerror: the node did not join: {}\n\
-                 ==> the lab and VM {} stay up so you can look (see below); Ctrl-C to stop",
+                 ==> the lab and VM {} stay up so you can look (see below); {stop} to stop",
                 Chain(&err),
                 vm.name()
             );
