@@ -11,6 +11,8 @@
 //! * [`renew`]: the token renewed through the TokenRequest API before it expires;
 //! * [`drift`] (pure): the config its Machine and configuration ask for against the applied one;
 //! * [`act_on_drift`]: `apply` in place or a repave when they differ, reported in the Machine's status;
+//! * [`host_network`]: LocalDNS's link, addresses and nft table restored when removed by hand
+//!   (condition `HostNetwork` on the Machine);
 //! * [`watch_event`] (pure): what a watch event means for the loop (an expired version is waited
 //!   out, not retried at once);
 //! * [`run`]: the loop against the API server (list, act, watch until something changes).
@@ -19,6 +21,7 @@ pub mod act_on_drift;
 pub mod applied;
 pub mod drift;
 pub mod error;
+pub mod host_network;
 pub mod node_watch;
 pub mod renew;
 pub mod run;

@@ -197,6 +197,8 @@ impl Daemon {
         tracing::info!(machine = %self.settings.machine, server = %self.server, "daemon started");
         let mut node_memory = NodeMemory::default();
         let mut drift_memory = DriftMemory::default();
+        // The last failed host-network repair said on the Machine (said once until it changes).
+        let mut network_reported: Option<String> = None;
         loop {
             let (me, machine) = self.me().await?;
             let generation = machine.metadata.generation;
@@ -224,6 +226,7 @@ impl Daemon {
                 continue;
             }
             self.act_on_drift(&machine, &mut drift_memory).await?;
+            self.check_host_network(&mut network_reported).await?;
             if self.settings.once {
                 return Ok(Ended::Idle);
             }
@@ -335,6 +338,81 @@ impl Daemon {
             "status": { "phase": phase, "message": message, "conditions": [condition] }
         }));
         let machines: Api<Machine> = Api::all(self.client.clone());
+        machines
+            .patch_status(name, &PatchParams::default(), &patch)
+            .await
+            .map_err(self.api_err(format!("writing the status of Machine {name}")))?;
+        Ok(())
+    }
+
+    /// One check of LocalDNS's host network ([`super::host_network`]): a repair is logged and
+    /// said in the Machine's condition `HostNetwork` (`True`/`Repaired`, what was restored); a
+    /// repair that failed is said once (`False`/`RepairFailed`) until it changes.
+    async fn check_host_network(&self, reported: &mut Option<String>) -> Result<(), DaemonError> {
+        use super::host_network::{self, Checked};
+        let root = self.settings.root.clone();
+        let checked = tokio::task::spawn_blocking(move || host_network::check(&root))
+            .await
+            .unwrap_or_else(|e| Err(format!("the host network check panicked: {e}")));
+        let (status, reason, message) = match checked {
+            Ok(Checked::Skipped(why)) => {
+                tracing::debug!("host network not checked: {why}");
+                return Ok(());
+            }
+            Ok(Checked::InPlace) => {
+                *reported = None;
+                return Ok(());
+            }
+            Ok(Checked::Repaired(report)) => {
+                let message = host_network::describe(&report);
+                tracing::warn!("{message}");
+                ("True", "Repaired", message)
+            }
+            Err(why) => {
+                let message = format!("cannot restore the LocalDNS host network: {why}");
+                if reported.as_ref() == Some(&message) {
+                    return Ok(());
+                }
+                tracing::error!("{message}");
+                ("False", "RepairFailed", message)
+            }
+        };
+        self.set_condition("HostNetwork", status, reason, &message)
+            .await?;
+        *reported = Some(message);
+        Ok(())
+    }
+
+    /// Sets one condition of this Machine's status, keeping the others (by type).
+    async fn set_condition(
+        &self,
+        type_: &str,
+        status: &str,
+        reason: &str,
+        message: &str,
+    ) -> Result<(), DaemonError> {
+        let name = &self.settings.machine;
+        let machines: Api<Machine> = Api::all(self.client.clone());
+        let machine = machines
+            .get_status(name)
+            .await
+            .map_err(self.api_err(format!("reading the status of Machine {name}")))?;
+        let mut conditions: Vec<Condition> = machine
+            .status
+            .map(|s| s.conditions)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|c| c.type_ != type_)
+            .collect();
+        conditions.push(Condition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: message.into(),
+            last_transition_time: now(),
+            observed_generation: None,
+        });
+        let patch = Patch::Merge(serde_json::json!({ "status": { "conditions": conditions } }));
         machines
             .patch_status(name, &PatchParams::default(), &patch)
             .await

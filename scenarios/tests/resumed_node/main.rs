@@ -2,22 +2,25 @@
 //! resumed from its checkpoint per node config with LocalDNS on, instead of one resume each —
 //! the checkpoint's (the resumed node is a node of the new lab's cluster), `notrack` (the host's
 //! link, table and untracked listener DNS), `metrics` (CoreDNS's endpoint on the node IP only,
-//! counting cache hits) and `dns_wiring` (machine and pods resolve through the listeners their
-//! DNS policy names; it ends with the one change among them, a machine restart). Each check is a
+//! counting cache hits), `network_repair` (the link and table deleted by hand come back by the
+//! daemon's next pass) and `dns_wiring` (machine and pods resolve through the listeners their
+//! DNS policy names; it ends with a machine restart). Each check is a
 //! module here; a failing one names itself, saves the node's evidence under
 //! `$LAB_ARTIFACTS_DIR/<test>/<check>/` and the next still runs (`scenarios::checks`).
 
 mod checkpoint;
 mod dns_wiring;
 mod metrics;
+mod network_repair;
 mod notrack;
 
 use scenarios::checks::{Check, run_in_turn};
 use scenarios::node::JoinedNode;
 
 /// In this order: the checkpoint's first (its clock and Lease are read right after the resume),
-/// `dns_wiring` last (its machine restart changes the node).
-const CHECKS: [Check; 4] = [
+/// `network_repair` after `notrack` and `metrics` (it takes the node's network away and waits for
+/// the daemon to bring it back), `dns_wiring` last (its machine restart changes the node).
+const CHECKS: [Check; 5] = [
     (
         "a_node_resumed_from_its_checkpoint_is_a_working_node_of_the_new_labs_cluster",
         checkpoint::a_node_resumed_from_its_checkpoint_is_a_working_node_of_the_new_labs_cluster,
@@ -29,6 +32,10 @@ const CHECKS: [Check; 4] = [
     (
         "coredns_metrics_are_served_on_the_node_ip_only_and_count_pod_cache_hits",
         metrics::coredns_metrics_are_served_on_the_node_ip_only_and_count_pod_cache_hits,
+    ),
+    (
+        "a_link_and_table_removed_by_hand_are_restored_by_the_daemon",
+        network_repair::a_link_and_table_removed_by_hand_are_restored_by_the_daemon,
     ),
     (
         "machine_and_pods_resolve_through_the_listeners_their_dns_policy_names",

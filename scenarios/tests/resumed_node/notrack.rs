@@ -69,7 +69,7 @@ pub(crate) fn the_host_holds_exactly_the_designed_link_and_table_and_listener_dn
     listener_queries_leave_no_conntrack_entries(node)
 }
 
-fn link_is_exactly_the_designed_one(node: &JoinedNode) -> anyhow::Result<()> {
+pub(crate) fn link_is_exactly_the_designed_one(node: &JoinedNode) -> anyhow::Result<()> {
     let link = read_link(&node.vm, LINK)?.with_context(|| format!("the host has no link {LINK}"))?;
     ensure!(
         link.kind.as_deref() == Some("dummy"),
@@ -97,7 +97,7 @@ fn link_is_exactly_the_designed_one(node: &JoinedNode) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn table_is_exactly_the_designed_one(node: &JoinedNode) -> anyhow::Result<()> {
+pub(crate) fn table_is_exactly_the_designed_one(node: &JoinedNode) -> anyhow::Result<()> {
     let table = read_nft_table(&node.vm, NFT_FAMILY, NFT_TABLE)?
         .with_context(|| format!("the host has no nft table {NFT_FAMILY} {NFT_TABLE}"))?;
     let chains: BTreeSet<String> = EXPECTED_CHAINS.iter().map(|c| c.to_string()).collect();
