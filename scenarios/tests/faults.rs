@@ -27,6 +27,11 @@
 //!   supervisor's rule (10 within 600 s) — by systemd restarting `localdns.service` once, the
 //!   journal showing that rule; containerd, kubelet and the machine keep their processes and the
 //!   Node stays Ready; the limit is put back. The line printed says which of the two it was.
+//!
+//! Through each fault but the upstream's, a loop in the VM asks both listeners over UDP and TCP
+//! about every quarter second ([`ListenerProbe`]); a `figure:` line per fault gives the lookups,
+//! the unanswered ones and the longest gap (the longest time one listener went unanswered over
+//! one protocol), and the case fails when a gap exceeds [`WORST_GAP`].
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
@@ -59,17 +64,41 @@ const FILL_NAMES: u32 = 9000;
 /// Parallel `dig -f` clients of the memory fill.
 const FILL_CLIENTS: u32 = 4;
 
+/// The longest a listener may go unanswered through one fault: loose enough for a loaded 2-core
+/// machine under TCG, tight enough to catch a regression (the product's goal is 1 s; the figures
+/// are in docs/perf.md).
+const WORST_GAP: Duration = Duration::from_secs(10);
+
 #[test]
 fn localdns_answers_again_after_crashes_hangs_and_an_upstream_outage() -> anyhow::Result<()> {
     let node_config = harness::repo::root().join("node-configs").join("localdns.json");
     JoinedNode::run_case(&node_config, |node| {
-        coredns_killed_again_and_again(node)?;
+        through(
+            node,
+            "CoreDNS SIGKILLed again and again",
+            coredns_killed_again_and_again,
+        )?;
         upstream_gone(node)?;
-        supervisor_killed(node)?;
-        coredns_hung(node)?;
-        operator_restart(node)?;
-        coredns_at_memory_max(node)
+        through(node, "the supervisor SIGKILLed", supervisor_killed)?;
+        through(node, "CoreDNS hung", coredns_hung)?;
+        through(node, "an operator's restart", operator_restart)?;
+        through(node, "CoreDNS at its MemoryMax", coredns_at_memory_max)
     })
+}
+
+/// Runs `fault` with both listeners asked throughout; prints what clients felt and fails when a
+/// gap exceeds [`WORST_GAP`] (after the fault's own checks).
+fn through(
+    node: &JoinedNode,
+    name: &str,
+    fault: fn(&JoinedNode) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let probe = ListenerProbe::start(&node.vm)?;
+    let result = fault(node);
+    let probed = probe.finish(&node.vm)?;
+    eprintln!("==> {}", probed.figure(name));
+    result?;
+    probed.ensure_gaps_within(WORST_GAP, name)
 }
 
 /// The supervisor's process name on the node (`unbounded-localdns-supervisor`, cut to 15 bytes).
@@ -719,6 +748,7 @@ fn operator_restart(node: &JoinedNode) -> anyhow::Result<()> {
         "systemctl restart localdns.service: {code:?} {out}"
     );
     ensure_bridged(node, &since)?;
+    // Stricter than the gap bound: the bridge answers throughout.
     probed.ensure_every_lookup_answered("an operator's systemctl restart localdns")?;
     // A stop on purpose: the spare stood by rather than take over, and watches the restarted
     // supervisor.

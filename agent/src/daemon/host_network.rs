@@ -2,8 +2,11 @@
 //! applied config has LocalDNS on, the `localdns` link, its two addresses and our nft table are
 //! brought back to what the config asks for (the same idempotent apply as
 //! `unbounded-agent localdns network apply`), so a link or table removed by hand comes back within
-//! one resync. Nothing is done while another agent holds the host lock (an operation by hand) or
-//! an operation or repave is recorded as under way: those change the network themselves.
+//! one resync. Without its addresses CoreDNS cannot serve, and `localdns.service` may have failed
+//! meanwhile, taking kubelet (which requires it) down with it: after a repair, a kubelet that is
+//! not active is started again (containerd first, LocalDNS with it), as `start` does on a
+//! finished node. Nothing is done while another agent holds the host lock (an operation by hand)
+//! or an operation or repave is recorded as under way: those change the network themselves.
 
 use std::path::Path;
 
@@ -20,8 +23,11 @@ pub enum Checked {
     Skipped(String),
     /// The host network is as the applied config asks.
     InPlace,
-    /// These steps brought it back.
-    Repaired(ApplyReport),
+    /// These steps brought it back; `restarted`: the machine's units started again after it.
+    Repaired {
+        report: ApplyReport,
+        restarted: Vec<String>,
+    },
 }
 
 /// Checks (and repairs) the host network of the node below `root`; `Err` when the repair itself
@@ -56,17 +62,40 @@ pub fn check(root: &Path) -> Result<Checked, String> {
     let spec = NetworkSpec::from_config(local_dns);
     let script = hostnet::nft_script(&config, local_dns);
     let report = hostnet::apply(&spec, &script).map_err(|e| crate::error_chain::chain(&e))?;
-    Ok(if report.changed() {
-        Checked::Repaired(report)
-    } else {
-        Checked::InPlace
-    })
+    if !report.changed() {
+        return Ok(Checked::InPlace);
+    }
+    let restarted = start_kubelet_again(state.slot)
+        .map_err(|e| format!("the network is back, but {}", crate::error_chain::chain(&e)))?;
+    Ok(Checked::Repaired { report, restarted })
+}
+
+/// Starts containerd and kubelet in the slot's machine when kubelet is not active (the machine
+/// running); returns what it started.
+fn start_kubelet_again(slot: crate::names::Slot) -> Result<Vec<String>, crate::start::StartError> {
+    let runner = crate::machine::MachineRunner::new(slot.as_str());
+    if !crate::machine::machinectl::is_running(runner.machine())?
+        || runner.unit_state("kubelet.service")? == "active"
+    {
+        return Ok(Vec::new());
+    }
+    let waits = crate::start::node::Waits::given_or_detected(None);
+    crate::start::node::containerd(&runner, waits)?;
+    crate::start::node::kubelet(&runner, waits)?;
+    Ok(vec!["kubelet.service".to_string()])
 }
 
 /// One line naming what a repair did (for the log and the Machine's condition).
-pub fn describe(report: &ApplyReport) -> String {
+pub fn describe(report: &ApplyReport, restarted: &[String]) -> String {
     let steps: Vec<String> = report.steps.iter().map(ToString::to_string).collect();
-    format!("restored the LocalDNS host network: {}", steps.join(", "))
+    let mut line = format!("restored the LocalDNS host network: {}", steps.join(", "));
+    if !restarted.is_empty() {
+        line += &format!(
+            "; started again in the machine (stopped with LocalDNS meanwhile): {}",
+            restarted.join(", ")
+        );
+    }
+    line
 }
 
 #[cfg(test)]

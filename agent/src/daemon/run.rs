@@ -363,8 +363,8 @@ impl Daemon {
                 *reported = None;
                 return Ok(());
             }
-            Ok(Checked::Repaired(report)) => {
-                let message = host_network::describe(&report);
+            Ok(Checked::Repaired { report, restarted }) => {
+                let message = host_network::describe(&report, &restarted);
                 tracing::warn!("{message}");
                 ("True", "Repaired", message)
             }

@@ -1,7 +1,8 @@
 //! The `network_repair` check: the `localdns` link and our nft table, deleted by hand on the
 //! node's host, come back by the agent daemon's next pass (it checks the host network on every
 //! pass, at least once per 60 s resync), exactly as designed; the Machine's condition
-//! `HostNetwork` says what was restored, and both listeners answer DNS again.
+//! `HostNetwork` says what was restored, both listeners answer DNS again and the Node is Ready
+//! (a kubelet stopped with LocalDNS meanwhile is started again).
 
 use std::time::{Duration, Instant};
 
@@ -10,6 +11,7 @@ use anyhow::Context;
 use harness::wait::{Attempt, retry, wait_until};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::Api;
+use scenarios::cluster::wait_node_ready;
 use scenarios::dns::{CLUSTER_LISTENER, NODE_LISTENER};
 use scenarios::host_state::{LINK, NFT_FAMILY, NFT_TABLE};
 use scenarios::node::JoinedNode;
@@ -96,6 +98,9 @@ pub(crate) fn a_link_and_table_removed_by_hand_are_restored_by_the_daemon(
         "==> figure: both listeners answered {:.1}s after the repair was seen",
         answered.elapsed().as_secs_f64()
     );
+    // Kubelet requires LocalDNS: if it went down with it, the daemon started it again.
+    let name = node.deployed.name.clone();
+    node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
     Ok(())
 }
 
