@@ -25,6 +25,7 @@ pub mod machine;
 pub mod metrics;
 pub mod node;
 pub mod pod_dns;
+pub mod query_stream;
 pub mod recovery_wait;
 pub mod resume;
 

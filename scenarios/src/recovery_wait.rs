@@ -60,22 +60,33 @@ echo "$took""#
 /// Bash's clock in nanoseconds without starting a process (`$EPOCHREALTIME`: seconds.micros).
 pub const NOW_NS: &str = "${EPOCHREALTIME/./}000";
 
-/// A DNS query for `name` (type A, class IN, recursion desired) framed for TCP (two length
-/// bytes first), as `\xHH` escapes for bash's `printf`.
-pub fn tcp_dns_query(name: &str) -> String {
+/// A DNS query for `name` (type A, class IN, recursion desired, id 0x1234).
+fn dns_query(name: &str) -> Vec<u8> {
     let mut message = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
     for label in name.trim_end_matches('.').split('.') {
         message.push(u8::try_from(label.len()).expect("a DNS label is at most 63 bytes"));
         message.extend_from_slice(label.as_bytes());
     }
     message.extend_from_slice(&[0, 0, 1, 0, 1]);
+    message
+}
+
+/// `bytes` as `\xHH` escapes for bash's `printf`.
+fn escaped(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("\\x{b:02x}")).collect()
+}
+
+/// A DNS query for `name` framed for TCP (two length bytes first), as `\xHH` escapes for bash's
+/// `printf`.
+pub fn tcp_dns_query(name: &str) -> String {
+    let message = dns_query(name);
     let length = u16::try_from(message.len()).expect("a short query");
-    length
-        .to_be_bytes()
-        .iter()
-        .chain(&message)
-        .map(|b| format!("\\x{b:02x}"))
-        .collect()
+    escaped(&[&length.to_be_bytes()[..], &message].concat())
+}
+
+/// The same query as one UDP datagram (no length bytes), as `\xHH` escapes.
+pub fn udp_dns_query(name: &str) -> String {
+    escaped(&dns_query(name))
 }
 
 #[cfg(test)]
@@ -90,6 +101,12 @@ mod tests {
             .skip(1)
             .map(|hex| u8::from_str_radix(hex, 16).unwrap())
             .collect()
+    }
+
+    #[test]
+    fn the_udp_query_is_the_tcp_one_without_its_length() {
+        let tcp = bytes_of(&tcp_dns_query(HEALTH_NAME));
+        assert_eq!(bytes_of(&udp_dns_query(HEALTH_NAME)), tcp[2..]);
     }
 
     #[test]

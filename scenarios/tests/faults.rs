@@ -29,7 +29,7 @@
 //!   Node stays Ready; the limit is put back. The line printed says which of the two it was.
 //!
 //! Through each fault but the upstream's, a loop in the VM asks both listeners over UDP and TCP
-//! about every quarter second ([`ListenerProbe`]); a `figure:` line per fault gives the lookups,
+//! about every quarter second, starting no process ([`QueryStream`]); a `figure:` line per fault gives the lookups,
 //! the unanswered ones and the longest gap (the longest time one listener went unanswered over
 //! one protocol), and the case fails when a gap exceeds [`WORST_GAP`].
 
@@ -43,6 +43,7 @@ use scenarios::dns::{CLUSTER_LISTENER, NODE_LISTENER, in_machine};
 use scenarios::listener_probe::ListenerProbe;
 use scenarios::metrics::scrape_from_lab;
 use scenarios::node::JoinedNode;
+use scenarios::query_stream::QueryStream;
 use scenarios::recovery_wait::{NOW_NS, wait_both_answer};
 
 /// SIGKILLs of CoreDNS.
@@ -93,12 +94,12 @@ fn through(
     name: &str,
     fault: fn(&JoinedNode) -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
-    let probe = ListenerProbe::start(&node.vm)?;
+    let stream = QueryStream::start(&node.vm)?;
     let result = fault(node);
-    let probed = probe.finish(&node.vm)?;
-    eprintln!("==> {}", probed.figure(name));
+    let streamed = stream.finish(&node.vm)?;
+    eprintln!("==> {}", streamed.figure(name));
     result?;
-    probed.ensure_gaps_within(WORST_GAP, name)
+    streamed.ensure_gaps_within(WORST_GAP, name)
 }
 
 /// The supervisor's process name on the node (`unbounded-localdns-supervisor`, cut to 15 bytes).
