@@ -197,6 +197,10 @@ fn our_command(words: &[String]) -> Option<(Program, Vec<String>)> {
     while let Some(first) = rest.first() {
         if ["sudo", "env", "time", "exec", "$"].contains(&first.as_str()) || ASSIGNMENT.is_match(first) {
             rest = &rest[1..];
+            // `sudo -E`, `env -i`: their options, not the program.
+            while rest.first().is_some_and(|w| w.starts_with('-')) {
+                rest = &rest[1..];
+            }
         } else {
             break;
         }
@@ -404,10 +408,11 @@ fn every_repository_path_and_relative_link_in_the_docs_exists() {
     );
 }
 
-/// The words of a lab notebook: a date, a session, an issue number, a commit.
+/// The words of a lab notebook: a date, a session, an issue number, a commit (named, or a bare
+/// 40-digit hash; a SHA-256 has 64).
 fn process_words() -> Regex {
     Regex::new(
-        r"(?i)\b20\d\d-[01]\d-[0-3]\d\b|\bsessions? \d|\bissues? #?\d|(^|[\s(])#\d{2,}([\s),:;]|$)|\bcommit [0-9a-f]{7,40}\b",
+        r"(?i)\b20\d\d-[01]\d-[0-3]\d\b|\bsessions? \d|\bissues? #?\d|(^|[\s(])#\d{2,}([\s),:;]|$)|\bcommit [0-9a-f]{7,40}\b|\b[0-9a-f]{40}\b",
     )
     .unwrap()
 }
@@ -523,6 +528,8 @@ fn the_readers_find_commands_paths_and_process_words() {
     assert!(parses(Program::Agent, &["validate".into(), "--bogus".into()]).is_err());
     let cargo = shlex::split("cargo run -q -p harness -- bench suite").unwrap();
     assert_eq!(our_command(&cargo).unwrap().1, ["bench", "suite"]);
+    let sudo = shlex::split("sudo -E harness lab list").unwrap();
+    assert_eq!(our_command(&sudo).unwrap().1, ["lab", "list"]);
     assert_eq!(
         repository_paths("see `harness/src/wait.rs:12` and agent/tests/cli.rs::a_test."),
         ["harness/src/wait.rs", "agent/tests/cli.rs"]
@@ -534,6 +541,7 @@ fn the_readers_find_commands_paths_and_process_words() {
         "see issue #49",
         "(#51)",
         "commit abc1234",
+        "landed in 0123456789abcdef0123456789abcdef01234567",
     ] {
         assert!(words.is_match(bad), "{bad}");
     }
@@ -542,6 +550,7 @@ fn the_readers_find_commands_paths_and_process_words() {
         "a session of its own",
         "port 8080",
         "sha256 abc1234",
+        "sha256 0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
     ] {
         assert!(!words.is_match(fine), "{fine}");
     }

@@ -17,7 +17,7 @@ pub enum Command {
     ///
     /// The VM host image (qcow2, kernel, initrd), the nspawn machine rootfs
     /// tarball, the CoreDNS release artifact, the Kubernetes binaries with etcd
-    /// (a cold build compiles Kubernetes from source, ~10 min on 2 cores), the pause and
+    /// (a cold build compiles Kubernetes from source: docs/perf.md, "CI budget"), the pause and
     /// test container images (OCI archives), the `kind` CLI and the Kind node image, in the
     /// cache at $LAB_CACHE_DIR (default ~/.cache/unbounded-lab).
     Build {
