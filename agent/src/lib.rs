@@ -11,6 +11,7 @@ pub mod error_chain;
 pub mod exec;
 pub mod files;
 pub mod goal;
+pub mod guest_test;
 pub mod hostnet;
 pub mod install_state;
 pub mod lifecycle;

@@ -28,18 +28,9 @@ fn host_prep_files() -> Rendered {
     }
 }
 
-fn require_root_in_a_vm() {
-    assert!(
-        std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap()) == 0
-            && Path::new("/run/systemd/system").is_dir(),
-        "guest tests run as root on a systemd host: run them in a lab VM with \
-         `cargo nextest run -p harness --test lab_guest_tests`"
-    );
-}
-
 #[test]
 fn guest_host_preparation_loads_modules_sets_sysctls_and_a_second_run_changes_nothing() {
-    require_root_in_a_vm();
+    agent::guest_test::require_root_on_systemd();
     let root = tempfile::tempdir().unwrap();
     let first = prepare(root.path(), &host_prep_files()).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(first.files.len(), 2, "{first:?}");
@@ -61,7 +52,7 @@ fn guest_host_preparation_loads_modules_sets_sysctls_and_a_second_run_changes_no
 
 #[test]
 fn guest_persisted_sysctls_are_accepted_by_systemd_sysctl() {
-    require_root_in_a_vm();
+    agent::guest_test::require_root_on_systemd();
     let root = tempfile::tempdir().unwrap();
     prepare(root.path(), &host_prep_files()).unwrap_or_else(|e| panic!("{e}"));
     // `sysctl -p FILE` applies exactly what a reboot would apply; an unknown key fails it.
@@ -72,7 +63,7 @@ fn guest_persisted_sysctls_are_accepted_by_systemd_sysctl() {
 
 #[test]
 fn guest_in_machine_runner_failure_carries_the_inner_command_status_and_output() {
-    require_root_in_a_vm();
+    agent::guest_test::require_root_on_systemd();
     // `.host`: the host's own systemd, through the same `systemd-run --machine=` path.
     let runner = MachineRunner::new(".host");
     let ok = runner

@@ -15,15 +15,6 @@ use serde_json::json;
 /// The version the bundle carries for kubelet and kubectl.
 const KUBERNETES: &str = "1.35.0";
 
-fn require_root_in_a_vm() {
-    assert!(
-        std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap()) == 0
-            && Path::new("/run/systemd/system").is_dir(),
-        "guest tests run as root on a systemd host: run them in a lab VM with \
-         `cargo nextest run -p harness --test lab_guest_tests`"
-    );
-}
-
 /// A tar header of `kind`, owned by root.
 fn header(kind: tar::EntryType, mode: u32) -> tar::Header {
     let mut header = tar::Header::new_gnu();
@@ -117,7 +108,7 @@ fn top_level() -> Vec<PathBuf> {
 
 #[test]
 fn guest_start_refuses_a_machine_image_whose_links_lead_out_and_the_host_is_unchanged() {
-    require_root_in_a_vm();
+    agent::guest_test::require_root_on_systemd();
     let work = tempfile::tempdir_in("/var/tmp").unwrap();
     let bundle_dir = work.path().join("bundle");
     let digest = bundle(&bundle_dir);

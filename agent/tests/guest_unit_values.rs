@@ -23,15 +23,6 @@ const UNIT_DIR: &str = "/run/systemd/system";
 /// The command each unit runs: writes its own path and arguments, NUL-separated, beside itself.
 const RECORDER: &str = "#!/bin/sh\nprintf '%s\\0' \"$0\" \"$@\" > \"$(dirname \"$0\")/argv\"\n";
 
-fn require_root_on_systemd() {
-    assert!(
-        std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap()) == 0
-            && Path::new("/run/systemd/system").is_dir(),
-        "guest tests run as root on a systemd host: run them in a lab VM with \
-         `cargo nextest run -p harness --test lab_guest_tests`"
-    );
-}
-
 fn systemctl(args: &[&str]) -> String {
     exec::run_stdout(Command::new("systemctl").args(args)).unwrap_or_else(|e| panic!("{e}"))
 }
@@ -152,7 +143,7 @@ impl Drop for Cleanup {
 
 #[test]
 fn guest_systemd_runs_the_daemon_and_kubelet_units_with_hostile_values_as_written() {
-    require_root_on_systemd();
+    agent::guest_test::require_root_on_systemd();
     let _ = std::fs::remove_dir_all(ROOT);
     let mut cases = Vec::new();
     for (i, value) in HOSTILE.iter().enumerate() {

@@ -324,21 +324,19 @@ impl Daemon {
         message: &str,
         condition: (&str, &str, &str),
     ) -> Result<(), DaemonError> {
-        let name = &self.settings.machine;
         let (type_, status, reason) = condition;
-        let condition = Condition {
-            type_: type_.into(),
-            status: status.into(),
-            reason: reason.into(),
-            message: message.into(),
-            last_transition_time: now(),
-            observed_generation: None,
-        };
-        let patch = Patch::Merge(serde_json::json!({
-            "status": { "phase": phase, "message": message, "conditions": [condition] }
-        }));
-        let machines: Api<Machine> = Api::all(self.client.clone());
-        machines
+        let condition = new_condition(type_, status, reason, message);
+        self.patch_machine_status(serde_json::json!({
+            "phase": phase, "message": message, "conditions": [condition]
+        }))
+        .await
+    }
+
+    /// Merges `status` into this Machine's status.
+    async fn patch_machine_status(&self, status: serde_json::Value) -> Result<(), DaemonError> {
+        let name = &self.settings.machine;
+        let patch = Patch::Merge(serde_json::json!({ "status": status }));
+        Api::<Machine>::all(self.client.clone())
             .patch_status(name, &PatchParams::default(), &patch)
             .await
             .map_err(self.api_err(format!("writing the status of Machine {name}")))?;
@@ -392,8 +390,7 @@ impl Daemon {
         message: &str,
     ) -> Result<(), DaemonError> {
         let name = &self.settings.machine;
-        let machines: Api<Machine> = Api::all(self.client.clone());
-        let machine = machines
+        let machine = Api::<Machine>::all(self.client.clone())
             .get_status(name)
             .await
             .map_err(self.api_err(format!("reading the status of Machine {name}")))?;
@@ -404,20 +401,9 @@ impl Daemon {
             .into_iter()
             .filter(|c| c.type_ != type_)
             .collect();
-        conditions.push(Condition {
-            type_: type_.into(),
-            status: status.into(),
-            reason: reason.into(),
-            message: message.into(),
-            last_transition_time: now(),
-            observed_generation: None,
-        });
-        let patch = Patch::Merge(serde_json::json!({ "status": { "conditions": conditions } }));
-        machines
-            .patch_status(name, &PatchParams::default(), &patch)
+        conditions.push(new_condition(type_, status, reason, message));
+        self.patch_machine_status(serde_json::json!({ "conditions": conditions }))
             .await
-            .map_err(self.api_err(format!("writing the status of Machine {name}")))?;
-        Ok(())
     }
 
     /// The Node was deleted: repave to the other slot, the Machine's status saying so.
@@ -566,5 +552,17 @@ impl Daemon {
         );
         self.write_status(&name, &done).await?;
         Ok((lifecycle_op == Operation::Reset && result.is_ok()).then_some(Ended::Reset))
+    }
+}
+
+/// A condition that changed now.
+fn new_condition(type_: &str, status: &str, reason: &str, message: &str) -> Condition {
+    Condition {
+        type_: type_.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message: message.into(),
+        last_transition_time: now(),
+        observed_generation: None,
     }
 }
