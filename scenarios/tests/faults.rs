@@ -29,9 +29,9 @@
 //!   Node stays Ready; the limit is put back. The line printed says which of the two it was.
 //!
 //! Through each fault but the upstream's, a loop in the VM asks both listeners over UDP and TCP
-//! about every quarter second, starting no process ([`QueryStream`]); a `figure:` line per fault gives the lookups,
-//! the unanswered ones and the longest gap (the longest time one listener went unanswered over
-//! one protocol), and the case fails when a gap exceeds [`WORST_GAP`].
+//! about every quarter second, starting no process ([`QueryStream`]); a `figure:` line per fault
+//! gives the lookups, the unanswered ones and the longest gap (the longest time one listener went
+//! unanswered over one protocol), and the case fails when a gap exceeds [`WORST_GAP`].
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
