@@ -10,6 +10,9 @@ use serde::Serialize;
 
 /// The built-in Corefile template.
 pub const BUILTIN_TEMPLATE: &str = include_str!("Corefile.j2");
+/// The fallback's template: what the supervisor serves when CoreDNS refuses the Corefile (both
+/// listeners forwarding, nothing else; docs/localdns.md, "The fallback").
+pub const FALLBACK_TEMPLATE: &str = include_str!("Corefile.fallback.j2");
 /// The name the supervisor queries to check both listeners.
 pub const HEALTH_NAME: &str = "health-check.localdns.local";
 /// The port of the `ready` plugin on each listener.
@@ -584,6 +587,7 @@ mod tests {
         let e = check_template(".:53 {\n bind {{ node_listener \n}\n").unwrap_err();
         assert!(matches!(e, CorefileError::Template(_)), "{e}");
         assert_eq!(check_template(BUILTIN_TEMPLATE), Ok(()));
+        assert_eq!(check_template(FALLBACK_TEMPLATE), Ok(()));
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //! config digest), an operation under way or interrupted, the last one that finished and the
 //! last that failed since (its step and error), a repave
 //! under way, and LocalDNS's health on both listeners (the supervisor's own probes: `/ready`
-//! and a DNS query for the health name). Problems are listed, so the command can exit non-zero.
+//! and a DNS query for the health name) and whether its supervisor serves the fallback Corefile
+//! (degraded: its unit's status line says so). Problems are listed, so the command can exit
+//! non-zero.
 
 use std::net::Ipv4Addr;
 use std::path::Path;
@@ -53,6 +55,9 @@ pub struct Install {
 #[serde(rename_all = "camelCase")]
 pub struct LocalDnsHealth {
     pub listeners: Vec<ListenerHealth>,
+    /// The supervisor's status line when it says degraded (CoreDNS refused the Corefile and the
+    /// fallback serves); `None` when it does not, or cannot be read.
+    pub degraded: Option<String>,
 }
 
 /// One listener's probes: `None` when it passed, else why not.
@@ -72,8 +77,10 @@ impl ListenerHealth {
     }
 }
 
-/// Reads the records below `root` and probes the listeners of the applied config.
-pub fn gather(root: &Path) -> NodeStatus {
+/// Reads the records below `root` and probes the listeners of the applied config; `unit_status`
+/// gives the status line of `localdns.service` in a slot's machine ([`localdns_status_line`] on
+/// a real host).
+pub fn gather(root: &Path, unit_status: &dyn Fn(Slot) -> Option<String>) -> NodeStatus {
     let mut problems = Vec::new();
     let state = match install_state::load(&under(root, Path::new(install_state::PATH))) {
         Ok(state) => state,
@@ -101,13 +108,20 @@ pub fn gather(root: &Path) -> NodeStatus {
     };
     problems.extend(install_problems(&state, repave.as_ref()));
     let local_dns = match listeners_of_applied_config(root, state.slot) {
-        Ok(Some((node, cluster))) => Some(probe_listeners(node, cluster)),
+        Ok(Some((node, cluster))) => {
+            let mut health = probe_listeners(node, cluster);
+            health.degraded = unit_status(state.slot).filter(|line| says_degraded(line));
+            Some(health)
+        }
         Ok(None) => None,
         Err(why) => {
             problems.push(why);
             None
         }
     };
+    if let Some(line) = local_dns.as_ref().and_then(|l| l.degraded.as_ref()) {
+        problems.push(format!("LocalDNS is {line}"));
+    }
     for listener in local_dns.iter().flat_map(|l| &l.listeners) {
         for error in [&listener.ready_error, &listener.dns_error].into_iter().flatten() {
             problems.push(format!(
@@ -203,7 +217,31 @@ fn probe_listeners(node: Ipv4Addr, cluster: Ipv4Addr) -> LocalDnsHealth {
             }
         })
         .collect();
-    LocalDnsHealth { listeners }
+    LocalDnsHealth {
+        listeners,
+        degraded: None,
+    }
+}
+
+/// Whether a status line of the supervisor says it is degraded.
+fn says_degraded(line: &str) -> bool {
+    line.starts_with(crate::supervisor::notify::DEGRADED_PREFIX)
+}
+
+/// The status line of `localdns.service` in `slot`'s machine (`systemctl --machine <slot> show
+/// localdns.service -p StatusText`); `None` when it cannot be read (no machine running, no unit).
+pub fn localdns_status_line(slot: Slot) -> Option<String> {
+    let mut command = std::process::Command::new("systemctl");
+    command.args([
+        "--machine",
+        slot.as_str(),
+        "show",
+        crate::supervisor::restart_bridge::SERVICE_UNIT,
+        "--property=StatusText",
+        "--value",
+    ]);
+    let out = crate::exec::run_stdout(&mut command).ok()?;
+    Some(out.trim().to_owned()).filter(|line| !line.is_empty())
 }
 
 /// The report for people.
@@ -251,6 +289,9 @@ pub fn to_text(status: &NodeStatus) -> String {
         None if status.install.is_some() => out.push_str("LocalDNS: off\n"),
         None => {}
         Some(health) => {
+            if let Some(line) = &health.degraded {
+                out.push_str(&format!("LocalDNS: {line}\n"));
+            }
             for listener in &health.listeners {
                 let state = if listener.healthy() {
                     "serving"
@@ -283,7 +324,7 @@ mod tests {
     #[test]
     fn no_install_state_is_no_node_and_a_problem() {
         let root = tempfile::tempdir().unwrap();
-        let status = gather(root.path());
+        let status = gather(root.path(), &|_| None);
         assert!(status.install.is_none() && status.local_dns.is_none());
         assert_eq!(status.problems, ["no node is installed here (no install state)"]);
         assert!(to_text(&status).starts_with("install: none\n"));
@@ -313,7 +354,7 @@ mod tests {
             slot: Slot::Kube2,
         });
         installed(root.path(), &state);
-        let status = gather(root.path());
+        let status = gather(root.path(), &|_| None);
         let install = status.install.as_ref().unwrap();
         assert_eq!(install.last_operation.as_ref().unwrap().kind, "repave");
         assert_eq!(status.problems.len(), 1, "{:?}", status.problems);
@@ -345,7 +386,7 @@ mod tests {
             error: "CoreDNS: checksum mismatch".into(),
         });
         installed(root.path(), &state);
-        let status = gather(root.path());
+        let status = gather(root.path(), &|_| None);
         assert!(
             status
                 .problems
@@ -371,6 +412,33 @@ mod tests {
         assert_eq!(
             json["install"]["lastFailure"]["error"],
             "CoreDNS: checksum mismatch"
+        );
+    }
+
+    #[test]
+    fn a_degraded_supervisor_is_reported_in_its_own_words() {
+        let line = "degraded (serving the fallback Corefile: CoreDNS refused /etc/unbounded/localdns/Corefile \
+                    (exit status: 1): plugin/cache: bad): CoreDNS healthy on 169.254.10.10 and 169.254.10.11";
+        assert!(says_degraded(line));
+        assert!(!says_degraded(
+            "CoreDNS healthy on 169.254.10.10 and 169.254.10.11"
+        ));
+        let status = NodeStatus {
+            install: None,
+            local_dns: Some(LocalDnsHealth {
+                listeners: Vec::new(),
+                degraded: Some(line.into()),
+            }),
+            problems: Vec::new(),
+        };
+        assert!(
+            to_text(&status).contains(&format!("LocalDNS: {line}\n")),
+            "{}",
+            to_text(&status)
+        );
+        assert_eq!(
+            serde_json::to_value(&status).unwrap()["localDns"]["degraded"],
+            line
         );
     }
 

@@ -88,6 +88,8 @@ pub const EMPTY_DIRS_AFTER_RESET: [&str; 9] = [
 // Inside the machine.
 pub const LOCALDNS_DIR: &str = "/etc/unbounded/localdns";
 pub const COREFILE: &str = "/etc/unbounded/localdns/Corefile";
+/// The Corefile the supervisor serves when CoreDNS refuses [`COREFILE`].
+pub const FALLBACK_COREFILE: &str = "/etc/unbounded/localdns/Corefile.fallback";
 pub const LOCALDNS_RESOLV_CONF: &str = "/etc/unbounded/localdns/resolv.conf";
 pub const NODE_UPSTREAMS: &str = "/etc/unbounded/localdns/node-upstreams";
 pub const ENVIRONMENT: &str = "/etc/unbounded/localdns/environment";

@@ -1,7 +1,8 @@
 //! Rendered Corefiles run in the real CoreDNS: in a fresh network namespace
 //! (listener and metrics addresses on `lo`), `/ready` answers `OK` on each
 //! listener, the health name answers rcode 0 on each, and the metrics address
-//! serves CoreDNS metrics.
+//! serves CoreDNS metrics; so does the fallback Corefile the supervisor serves
+//! when CoreDNS refuses the rendered one.
 //!
 //! Needs root (`unshare --net`, `ip`) and the CoreDNS binary the lab builds
 //! (`harness images build`), found under `$LAB_CACHE_DIR` (default
@@ -19,12 +20,19 @@ use coredns_support::{Kill, dns_rcode, find_coredns, local_dns_goal};
 
 const INNER: &str = "LOCALDNS_TEST_INNER_CASE";
 
+/// The rendered Corefile of `case`, or its fallback for `<case>:fallback`, and its metrics address.
 fn corefile(case: &str) -> (String, String) {
-    let l = local_dns_goal(case);
-    (
-        agent::render::corefile::render(&l).unwrap(),
-        l.metrics_address.to_string(),
-    )
+    let (name, fallback) = match case.strip_suffix(":fallback") {
+        Some(name) => (name, true),
+        None => (case, false),
+    };
+    let l = local_dns_goal(name);
+    let text = if fallback {
+        agent::render::corefile::render_fallback(&l).unwrap()
+    } else {
+        agent::render::corefile::render(&l).unwrap()
+    };
+    (text, l.metrics_address.to_string())
 }
 
 fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<String> {
@@ -109,7 +117,14 @@ fn rendered_corefiles_serve_health_ready_and_metrics_in_real_coredns() {
     }
     find_coredns();
     let exe = std::env::current_exe().unwrap();
-    for case in ["defaults", "custom-listeners-limits", "custom-template"] {
+    for case in [
+        "defaults",
+        "custom-listeners-limits",
+        "custom-template",
+        // The fallback the supervisor serves when CoreDNS refuses the Corefile.
+        "defaults:fallback",
+        "custom-template:fallback",
+    ] {
         let out = Command::new("unshare")
             .arg("--net")
             .arg(&exe)

@@ -10,7 +10,9 @@
 //! does (state `t`, every thread), once they waited 1 s while it used no CPU; with that rule off,
 //! after three failed checks in a row. A CoreDNS that cannot start again (its Corefile broken meanwhile) is tried three times,
 //! then ends the supervisor with CoreDNS's exit status, for systemd to restart the unit — with a
-//! standby too, whose reload of the broken Corefile fails first.
+//! standby too, whose reload of the broken Corefile fails first. With the fallback Corefile, a
+//! Corefile CoreDNS refuses — at the start, or broken while CoreDNS runs — is replaced by the
+//! fallback: both listeners answer, and every status line says degraded and why.
 //!
 //! Needs root (a network namespace, `ip`) and CoreDNS (`harness images build`, or
 //! `$LOCALDNS_TEST_COREDNS`).
@@ -42,6 +44,17 @@ struct Supervised {
     dir: tempfile::TempDir,
     notify: UnixDatagram,
     supervisor: Kill,
+    /// The notification [`Supervised::until_notified`] found last.
+    last_notified: std::cell::RefCell<Option<String>>,
+    /// The `READY=1` notification.
+    ready: std::cell::RefCell<String>,
+}
+
+/// With or without the fallback Corefile (`LOCALDNS_FALLBACK_COREFILE`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Fallback {
+    None,
+    Rendered,
 }
 
 /// The supervisor is killed with SIGKILL when the test ends (`Kill`); its CoreDNS goes first, or
@@ -76,6 +89,12 @@ impl Supervised {
             panic!("unshare(CLONE_NEWNET) failed ({err}): this test needs root");
         }
         let goal = local_dns_goal("defaults");
+        Supervised::on_lo(&goal);
+        Supervised::spawn(goal, standby, env)
+    }
+
+    /// `lo` up with the goal's listener and metrics addresses.
+    fn on_lo(goal: &LocalDnsGoal) {
         let run = |args: &[&str]| agent::exec::run(Command::new("ip").args(args)).unwrap();
         run(&["link", "set", "lo", "up"]);
         let mut addrs = vec![goal.node_listener.addr(), goal.cluster_listener.addr()];
@@ -84,7 +103,6 @@ impl Supervised {
         for a in addrs.iter().filter(|a| !a.is_loopback()) {
             run(&["addr", "add", &format!("{a}/32"), "dev", "lo"]);
         }
-        Supervised::spawn(goal, standby, env)
     }
 
     /// A supervisor for `goal` in this thread's network namespace, with a directory of its own.
@@ -94,9 +112,48 @@ impl Supervised {
 
     /// [`Supervised::spawn`] with arguments (`spare <dir>`).
     fn spawn_args(goal: LocalDnsGoal, standby: Standby, env: &[(&str, &str)], args: &[&str]) -> Supervised {
+        Supervised::spawn_full(goal, standby, env, args, None, Fallback::None)
+    }
+
+    /// A supervisor with a standby in this thread's fresh network namespace whose Corefile is
+    /// `corefile`, with or without the fallback Corefile; `READY=1` is awaited and its
+    /// notification returned.
+    fn start_refusing(corefile: &str, fallback: Fallback) -> (Supervised, String) {
+        if let Err(err) = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET) {
+            panic!("unshare(CLONE_NEWNET) failed ({err}): this test needs root");
+        }
+        let goal = local_dns_goal("defaults");
+        Supervised::on_lo(&goal);
+        let s = Supervised::spawn_full(goal, Standby::On, &[], &[], Some(corefile), fallback);
+        let ready = s.ready.take();
+        (s, ready)
+    }
+
+    /// [`Supervised::spawn_args`] whose Corefile is `corefile_text` (the goal's rendered one when
+    /// `None`), with or without the fallback Corefile.
+    fn spawn_full(
+        goal: LocalDnsGoal,
+        standby: Standby,
+        env: &[(&str, &str)],
+        args: &[&str],
+        corefile_text: Option<&str>,
+        fallback: Fallback,
+    ) -> Supervised {
         let dir = tempfile::tempdir().unwrap();
         let corefile = dir.path().join("Corefile");
-        std::fs::write(&corefile, agent::render::corefile::render(&goal).unwrap()).unwrap();
+        let text = match corefile_text {
+            Some(text) => text.to_owned(),
+            None => agent::render::corefile::render(&goal).unwrap(),
+        };
+        std::fs::write(&corefile, text).unwrap();
+        let fallback_corefile = dir.path().join("Corefile.fallback");
+        if fallback == Fallback::Rendered {
+            std::fs::write(
+                &fallback_corefile,
+                agent::render::corefile::render_fallback(&goal).unwrap(),
+            )
+            .unwrap();
+        }
         let notify_path = dir.path().join("notify.sock");
         let notify = UnixDatagram::bind(&notify_path).unwrap();
         let mut cmd = Command::new(&*SUPERVISOR);
@@ -113,6 +170,10 @@ impl Supervised {
             cmd.env("RUNTIME_DIRECTORY", &run);
         }
         cmd.envs(env.iter().copied());
+        match fallback {
+            Fallback::None => cmd.env_remove("LOCALDNS_FALLBACK_COREFILE"),
+            Fallback::Rendered => cmd.env("LOCALDNS_FALLBACK_COREFILE", &fallback_corefile),
+        };
         cmd.env("LOCALDNS_COREFILE", &corefile)
             .env("LOCALDNS_COREDNS", find_coredns())
             .env("NOTIFY_SOCKET", &notify_path)
@@ -124,8 +185,11 @@ impl Supervised {
             notify,
             supervisor: Kill(cmd.spawn().unwrap()),
             dir,
+            last_notified: std::cell::RefCell::new(None),
+            ready: std::cell::RefCell::new(String::new()),
         };
-        supervised.until_notified("READY=1", Duration::from_secs(60));
+        supervised.until_notified("READY=1", Duration::from_secs(90));
+        *supervised.ready.borrow_mut() = supervised.last_notified.take().unwrap_or_default();
         if standby == Standby::On {
             supervised.until_standby_ready();
         }
@@ -151,6 +215,7 @@ impl Supervised {
             let Ok(n) = self.notify.recv(&mut buf) else { break };
             let msg = String::from_utf8_lossy(&buf[..n]).into_owned();
             if msg.contains(needle) {
+                *self.last_notified.borrow_mut() = Some(msg);
                 return seen;
             }
             seen.push(msg);
@@ -403,6 +468,111 @@ fn a_coredns_that_cannot_start_again_ends_the_supervisor_with_its_status() {
 #[test]
 fn a_standby_that_cannot_take_over_is_given_up_and_the_supervisor_ends_with_coredns_status() {
     a_coredns_that_cannot_start_again(Standby::On);
+}
+
+/// The defaults' rendered Corefile with a `cache` property CoreDNS does not know: the agent's
+/// checks pass it (they do not read plugin properties), CoreDNS refuses it at its start.
+fn refused_corefile() -> String {
+    let goal = local_dns_goal("defaults");
+    let text = agent::render::corefile::render(&goal).unwrap();
+    let refused = text.replacen(
+        "    cache 30 {\n",
+        "    cache 30 {\n        no_such_property 1\n",
+        1,
+    );
+    assert_ne!(
+        refused, text,
+        "the rendered Corefile has no `cache 30 {{`:\n{text}"
+    );
+    agent::corefile::check(&refused, &agent::render::corefile::context(&goal))
+        .expect("the agent's checks pass the refused Corefile");
+    refused
+}
+
+/// The `-conf` file of CoreDNS `pid`.
+fn conf_of(pid: i32) -> PathBuf {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+    let at = args
+        .iter()
+        .position(|a| *a == b"-conf")
+        .expect("CoreDNS runs with -conf");
+    PathBuf::from(String::from_utf8_lossy(args[at + 1]).into_owned())
+}
+
+/// The fallback serves: both listeners answer, the active CoreDNS reads the fallback Corefile,
+/// the supervisor runs.
+fn ensure_the_fallback_serves(s: &mut Supervised) {
+    let deadline = Instant::now() + GIVE_UP;
+    while !s.both_answer() {
+        assert!(
+            Instant::now() < deadline,
+            "the listeners do not answer\n{}",
+            s.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let conf = conf_of(s.coredns_pid());
+    assert_eq!(conf, s.dir.path().join("Corefile.fallback"), "{}", s.log());
+    assert!(s.supervisor().try_wait().unwrap().is_none(), "{}", s.log());
+}
+
+#[test]
+fn a_corefile_coredns_refuses_at_the_start_is_replaced_by_the_fallback_and_the_status_says_why() {
+    let (mut s, ready) = Supervised::start_refusing(&refused_corefile(), Fallback::Rendered);
+    let status = ready
+        .lines()
+        .find_map(|l| l.strip_prefix("STATUS="))
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        status.starts_with("degraded (serving the fallback Corefile: CoreDNS refused ")
+            && status.contains("no_such_property")
+            && status.contains("CoreDNS healthy on"),
+        "READY=1's status: {ready:?}\n{}",
+        s.log()
+    );
+    ensure_the_fallback_serves(&mut s);
+    // CoreDNS's own words reach the journal as before.
+    let log = s.log();
+    assert!(
+        log.contains("plugin/cache") && log.contains("no_such_property"),
+        "{log}"
+    );
+    // The standby's status (once it is ready) keeps saying it.
+    let standby = s.last_notified.take().unwrap_or_default();
+    assert!(standby.contains("standby CoreDNS"), "{standby:?}");
+    assert!(
+        standby.contains("STATUS=degraded (serving the fallback Corefile"),
+        "{standby:?}"
+    );
+}
+
+#[test]
+fn a_corefile_broken_while_coredns_runs_is_answered_by_the_fallback_under_the_same_supervisor() {
+    let (mut s, ready) = Supervised::start_refusing(
+        &agent::render::corefile::render(&local_dns_goal("defaults")).unwrap(),
+        Fallback::Rendered,
+    );
+    assert!(!ready.contains("degraded"), "{ready:?}");
+    std::fs::write(s.dir.path().join("Corefile"), refused_corefile()).unwrap();
+    let pid = s.coredns_pid();
+    kill(Pid::from_raw(pid), Signal::SIGKILL).unwrap();
+    // The standby's reload fails (the take-over timeout), CoreDNS is started three times, then
+    // the fallback serves.
+    s.until_notified(
+        "STATUS=degraded (serving the fallback Corefile: CoreDNS refused",
+        Duration::from_secs(90),
+    );
+    ensure_the_fallback_serves(&mut s);
+    let log = s.log();
+    assert!(log.contains("the standby that took over is not healthy"), "{log}");
+    assert_eq!(
+        log.matches("CoreDNS exited again before it was healthy; starting it again")
+            .count(),
+        2,
+        "{log}"
+    );
 }
 
 /// How the supervisor finds a hung CoreDNS.

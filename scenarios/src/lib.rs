@@ -16,6 +16,7 @@ pub mod checks;
 pub mod cluster;
 pub mod cni_results;
 pub mod conntrack_burst;
+pub mod daemon_apply;
 pub mod dns;
 pub mod host_state;
 pub mod kube_proxy;

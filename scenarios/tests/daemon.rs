@@ -375,46 +375,12 @@ fn set_localdns_in_the_configuration(node: &JoinedNode, enabled: bool) -> anyhow
 /// Waits until the active slot's applied config has LocalDNS `enabled`, no operation is under way
 /// and the Machine's `ConfigDrift` condition says `Applied`.
 fn wait_until_applied(node: &JoinedNode, machine: &str, enabled: bool) -> anyhow::Result<()> {
-    let _waiting = harness::phase_clock::enter(harness::phase_clock::Phase::Waiting);
-    let deadline = Instant::now() + node.deadline(10);
-    let machines: Api<Machine> = Api::all(node.client.clone());
-    loop {
-        let slot = node.machine()?;
-        let applied = node
-            .vm
-            .run_unchecked(&format!("cat /etc/unbounded/agent/{slot}-applied-config.json"))?
-            .stdout_text();
-        let state = node
-            .vm
-            .run_unchecked(&format!("cat {}", agent::paths::INSTALL_STATE))?
-            .stdout_text();
-        let applied_enabled = serde_json::from_str::<serde_json::Value>(&applied)
-            .ok()
-            .and_then(|v| v["LocalDNS"]["Enabled"].as_bool());
-        let idle = serde_json::from_str::<serde_json::Value>(&state)
-            .ok()
-            .is_some_and(|v| v.get("operation").is_none() && v["stage"] == "complete");
-        let condition = node
-            .block_on(machines.get(machine))?
-            .status
-            .and_then(|s| s.conditions.into_iter().find(|c| c.type_ == "ConfigDrift"));
-        let applied_condition = condition.as_ref().is_some_and(|c| c.reason == "Applied");
-        if applied_enabled == Some(enabled) && idle && applied_condition {
-            return Ok(());
-        }
-        if let Some(c) = condition.as_ref().filter(|c| c.status == "False") {
-            anyhow::bail!(
-                "the daemon did not apply LocalDNS enabled={enabled}: {}",
-                c.message
-            );
-        }
-        ensure!(
-            Instant::now() < deadline,
-            "LocalDNS enabled={enabled} never reached the node: applied LocalDNS.Enabled {applied_enabled:?}, \
-             idle {idle}, ConfigDrift {condition:?}"
-        );
-        std::thread::sleep(Duration::from_secs(3));
-    }
+    scenarios::daemon_apply::wait_until_applied(
+        node,
+        machine,
+        &format!("LocalDNS enabled={enabled}"),
+        |applied| applied["LocalDNS"]["Enabled"].as_bool() == Some(enabled),
+    )
 }
 
 /// The Node deleted (the configuration's `updateStrategy` is the default `OnDelete`): the daemon

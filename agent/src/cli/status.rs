@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use super::output::{Output, print_json};
-use crate::node_status::{gather, to_text};
+use crate::node_status::{gather, localdns_status_line, to_text};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -18,7 +18,11 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let status = gather(&args.root);
+    // The machine's units are asked only on the real host (not below a test's root).
+    let on_this_host = args.root == std::path::Path::new("/");
+    let status = gather(&args.root, &|slot| {
+        on_this_host.then(|| localdns_status_line(slot)).flatten()
+    });
     match args.output {
         Output::Text => print!("{}", to_text(&status)),
         Output::Json => print_json(&status)?,

@@ -1,9 +1,11 @@
 //! The Corefile of a goal: its template (the built-in one or `CorefileTemplate`) rendered with the
-//! goal's values, checked ([`crate::corefile::check`]), under the generated-file header.
+//! goal's values, checked ([`crate::corefile::check`]), under the generated-file header; and the
+//! fallback the supervisor serves when CoreDNS refuses it.
 
 use super::HEADER;
 use crate::corefile::{
-    BUILTIN_TEMPLATE, CorefileError, HEALTH_NAME, READY_PORT, TemplateContext, check, render_template,
+    BUILTIN_TEMPLATE, CorefileError, FALLBACK_TEMPLATE, HEALTH_NAME, READY_PORT, TemplateContext, check,
+    render_template,
 };
 use crate::goal::LocalDnsGoal;
 
@@ -27,6 +29,15 @@ pub fn render(goal: &LocalDnsGoal) -> Result<String, CorefileError> {
     let template = goal.corefile_template.as_deref().unwrap_or(BUILTIN_TEMPLATE);
     let context = context(goal);
     let body = render_template(template, &context)?;
+    check(&body, &context)?;
+    Ok(format!("{HEADER}{body}"))
+}
+
+/// Renders the fallback Corefile for a goal ([`FALLBACK_TEMPLATE`], whatever the goal's template)
+/// and checks it as [`render`] does.
+pub fn render_fallback(goal: &LocalDnsGoal) -> Result<String, CorefileError> {
+    let context = context(goal);
+    let body = render_template(FALLBACK_TEMPLATE, &context)?;
     check(&body, &context)?;
     Ok(format!("{HEADER}{body}"))
 }

@@ -1,7 +1,7 @@
 //! Plain files in the machine rootfs: both resolv.conf files, `node-upstreams`, `environment`.
 
 use super::HEADER;
-use super::paths::{COREDNS_BINARY, COREFILE};
+use super::paths::{COREDNS_BINARY, COREFILE, FALLBACK_COREFILE};
 use crate::corefile::{HEALTH_NAME, READY_PORT};
 use crate::goal::LocalDnsGoal;
 
@@ -27,7 +27,7 @@ pub fn node_upstreams(g: &LocalDnsGoal) -> String {
 /// The supervisor's settings, read by systemd's `EnvironmentFile=`.
 pub fn environment(g: &LocalDnsGoal) -> String {
     format!(
-        "{HEADER}LOCALDNS_NODE_LISTENER={}\nLOCALDNS_CLUSTER_LISTENER={}\nLOCALDNS_COREFILE={COREFILE}\n\
+        "{HEADER}LOCALDNS_NODE_LISTENER={}\nLOCALDNS_CLUSTER_LISTENER={}\nLOCALDNS_COREFILE={COREFILE}\nLOCALDNS_FALLBACK_COREFILE={FALLBACK_COREFILE}\n\
          LOCALDNS_COREDNS={COREDNS_BINARY}\nLOCALDNS_HEALTH_NAME={HEALTH_NAME}\nLOCALDNS_READY_PORT={READY_PORT}\n\
          LOCALDNS_METRICS_ADDRESS={}\n",
         g.node_listener, g.cluster_listener, g.metrics_address

@@ -136,6 +136,7 @@ pub fn render(goal: &Goal) -> Result<Rendered, RenderError> {
     if let Some(l) = &goal.local_dns {
         let resolv = machine::resolv_conf(l);
         b.file(Place::Machine, COREFILE, corefile::render(l)?);
+        b.file(Place::Machine, FALLBACK_COREFILE, corefile::render_fallback(l)?);
         b.file(Place::Machine, LOCALDNS_RESOLV_CONF, resolv.clone());
         b.file(Place::Machine, MACHINE_RESOLV_CONF, resolv);
         b.file(Place::Machine, NODE_UPSTREAMS, machine::node_upstreams(l));

@@ -3,6 +3,8 @@
 
 pub mod alive;
 pub mod failures;
+pub mod fallback;
+pub mod last_words;
 pub mod notify;
 pub mod oom_score;
 pub mod probe;

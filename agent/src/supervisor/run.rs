@@ -13,6 +13,8 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use super::alive::{self, AliveLine};
 use super::failures::{FailureWindow, Verdict};
+use super::fallback::fall_back;
+use super::last_words::LastWords;
 use super::standby::{Keeper, StandbySlot};
 use super::stuck::{self, StuckWatch};
 use super::{Settings, notify, probe};
@@ -85,11 +87,12 @@ fn describe(errors: &[probe::ProbeError]) -> String {
         .join("; ")
 }
 
-/// Starts `coredns -conf <corefile>` with `stdout` (the supervisor's own, or a pipe).
+/// Starts `coredns -conf <corefile>` with `stdout` (the supervisor's own, or a pipe) and `stderr`.
 pub(super) fn spawn_coredns(
     coredns: &std::path::Path,
     corefile: &std::path::Path,
     stdout: Stdio,
+    stderr: Stdio,
 ) -> std::io::Result<Child> {
     Command::new(coredns)
         .arg("-conf")
@@ -100,18 +103,30 @@ pub(super) fn spawn_coredns(
         .env_remove("WATCHDOG_PID")
         .stdin(Stdio::null())
         .stdout(stdout)
+        .stderr(stderr)
         .kill_on_drop(true)
         .spawn()
 }
 
-pub(super) fn start_coredns(settings: &Settings) -> Result<Child, SuperviseError> {
+/// Starts the CoreDNS that serves `settings.corefile`; what it writes to its standard error goes
+/// on to the supervisor's through `last_words`, which keeps the last line (the reason CoreDNS
+/// gives when it refuses the Corefile).
+pub(super) fn start_coredns(settings: &Settings, last_words: &LastWords) -> Result<Child, SuperviseError> {
     tracing::info!(coredns = %settings.coredns.display(), corefile = %settings.corefile.display(), "starting CoreDNS");
-    spawn_coredns(&settings.coredns, &settings.corefile, Stdio::inherit()).map_err(|source| {
-        SuperviseError::Spawn {
-            path: settings.coredns.display().to_string(),
-            source,
-        }
-    })
+    let mut child = spawn_coredns(
+        &settings.coredns,
+        &settings.corefile,
+        Stdio::inherit(),
+        Stdio::piped(),
+    )
+    .map_err(|source| SuperviseError::Spawn {
+        path: settings.coredns.display().to_string(),
+        source,
+    })?;
+    if let Some(stderr) = child.stderr.take() {
+        tokio::spawn(last_words.clone().pass_on(stderr));
+    }
+    Ok(child)
 }
 
 /// SIGINT to CoreDNS, then wait for it (SIGKILL after the grace period).
@@ -231,13 +246,22 @@ pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
             settings.check_interval
         );
     }
-    let mut child = start_coredns(settings)?;
+    // What CoreDNS serves: the Corefile, or the fallback once CoreDNS refused it ([`fall_back`]).
+    let mut serving = settings.clone();
+    let last_words = LastWords::default();
+    let mut child = start_coredns(&serving, &last_words)?;
     let mut standby = StandbySlot::new(settings, Keeper::Supervisor);
 
-    // Start: poll until both listeners pass, within the start timeout.
-    let took = match until_healthy(&mut child, settings, settings.start_timeout, &mut term, &mut int).await? {
-        Ok(took) => took,
-        Err(outcome) => return Ok(outcome),
+    // Start: poll until both listeners pass, within the start timeout; a CoreDNS that cannot
+    // serve the Corefile is given the fallback, as once.
+    let took = loop {
+        match until_healthy(&mut child, &serving, serving.start_timeout, &mut term, &mut int).await? {
+            Ok(took) => break took,
+            Err(outcome) if fall_back(&mut serving, &outcome, &last_words) => {
+                child = start_coredns(&serving, &last_words)?;
+            }
+            Err(outcome) => return Ok(outcome),
+        }
     };
     let status = format!(
         "CoreDNS healthy on {} and {} after {took:.1?}",
@@ -272,7 +296,7 @@ pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
                 failed_in_a_row = 0;
                 // A check in flight asked the CoreDNS that is gone.
                 checking = None;
-                let mut taken_over = standby.take_over(settings).await;
+                let mut taken_over = standby.take_over(&serving).await;
                 let how = if taken_over.is_some() { "the standby takes over" } else { "starting it again" };
                 tracing::error!(%status, restarts, "CoreDNS exited; {how}");
                 notify::status(&format!("CoreDNS exited ({status}); {how} (restart {restarts})"));
@@ -283,9 +307,9 @@ pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
                     let timeout = if promoted { TAKE_OVER_TIMEOUT.min(settings.start_timeout) } else { settings.start_timeout };
                     child = match taken_over.take() {
                         Some(standby_child) => standby_child,
-                        None => start_coredns(settings)?,
+                        None => start_coredns(&serving, &last_words)?,
                     };
-                    match until_healthy(&mut child, settings, timeout, &mut term, &mut int).await? {
+                    match until_healthy(&mut child, &serving, timeout, &mut term, &mut int).await? {
                         Ok(took) => {
                             let status = format!(
                                 "CoreDNS healthy again on {} and {} after {took:.1?}{by}",
@@ -306,6 +330,9 @@ pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
                             tracing::warn!(%status, failed_starts, "CoreDNS exited again before it was healthy; starting it again");
                             tokio::time::sleep(RESTART_BACKOFF * failed_starts).await;
                         }
+                        Err(outcome) if fall_back(&mut serving, &outcome, &last_words) => {
+                            failed_starts = 0;
+                        }
                         Err(outcome) => {
                             // The spare takes over while this supervisor ends.
                             drop(alive.take());
@@ -320,7 +347,7 @@ pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
                 standby.on_exit(status);
             }
             _ = sleep_until_some(standby_wake), if standby_wake.is_some() => {
-                standby.wake(settings, |corefile| spawn_coredns(&settings.coredns, corefile, Stdio::piped())).await;
+                standby.wake(settings, |corefile| spawn_coredns(&settings.coredns, corefile, Stdio::piped(), Stdio::inherit())).await;
             }
             _ = alive::accept_some(&mut alive) => {}
             _ = term.recv() => return stopped_on_purpose(&mut child, &mut standby, alive.take()).await,

@@ -25,6 +25,9 @@ pub struct Settings {
     pub node_listener: Ipv4Addr,
     pub cluster_listener: Ipv4Addr,
     pub corefile: PathBuf,
+    /// What CoreDNS serves when it refuses [`Settings::corefile`] (`LOCALDNS_FALLBACK_COREFILE`;
+    /// unset: no fallback, a refused Corefile ends the supervisor).
+    pub fallback_corefile: Option<PathBuf>,
     pub coredns: PathBuf,
     /// The name the health check asks for (answered by the `whoami` block).
     pub health_name: String,
@@ -177,6 +180,10 @@ impl Settings {
             node_listener,
             cluster_listener,
             corefile: required("LOCALDNS_COREFILE")?.trim().into(),
+            fallback_corefile: var("LOCALDNS_FALLBACK_COREFILE")
+                .map(|v| v.trim().to_owned())
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from),
             coredns: required("LOCALDNS_COREDNS")?.trim().into(),
             health_name,
             ready_port,
@@ -257,6 +264,22 @@ mod tests {
             (Duration::from_secs(600), 10)
         );
         assert_eq!(s.start_timeout, Duration::from_secs(60));
+        assert_eq!(s.fallback_corefile, None);
+    }
+
+    #[test]
+    fn the_fallback_corefile_is_taken_when_set_and_not_blank() {
+        let s = read(&env(&[(
+            "LOCALDNS_FALLBACK_COREFILE",
+            " /etc/unbounded/localdns/Corefile.fallback ",
+        )]))
+        .unwrap();
+        assert_eq!(
+            s.fallback_corefile.as_deref(),
+            Some(std::path::Path::new("/etc/unbounded/localdns/Corefile.fallback"))
+        );
+        let s = read(&env(&[("LOCALDNS_FALLBACK_COREFILE", " ")])).unwrap();
+        assert_eq!(s.fallback_corefile, None);
     }
 
     #[test]

@@ -26,6 +26,8 @@ use tokio::process::Child;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::Instant;
 
+use super::fallback::fall_back;
+use super::last_words::LastWords;
 use super::run::{
     Outcome, SuperviseError, sleep_until_some, spawn_coredns, start_coredns, stop_coredns, until_healthy,
 };
@@ -150,7 +152,7 @@ pub async fn keep_spare(
                 standby.on_exit(status);
             }
             _ = sleep_until_some(standby_wake), if standby_wake.is_some() => {
-                standby.wake(settings, |corefile| spawn_coredns(&settings.coredns, corefile, Stdio::piped())).await;
+                standby.wake(settings, |corefile| spawn_coredns(&settings.coredns, corefile, Stdio::piped(), Stdio::inherit())).await;
             }
             _ = term.recv() => return stand_down(&mut standby, &mut serving, "asked to stop").await,
             _ = int.recv() => return stand_down(&mut standby, &mut serving, "asked to stop").await,
@@ -226,7 +228,8 @@ pub async fn keep_spare(
 }
 
 /// The supervisor died: the standby (or, without a ready one, a new CoreDNS) takes the real
-/// Corefile; `Ok(Ok)` once both listeners answer.
+/// Corefile — the fallback when CoreDNS cannot serve that ([`fall_back`]); `Ok(Ok)` once both
+/// listeners answer.
 async fn take_over(
     settings: &Settings,
     standby: &mut StandbySlot,
@@ -234,9 +237,10 @@ async fn take_over(
     int: &mut tokio::signal::unix::Signal,
 ) -> Result<Result<Child, Outcome>, SuperviseError> {
     let died = std::time::Instant::now();
+    let last_words = LastWords::default();
     let mut child = match standby.take_over(settings).await {
         Some(child) => child,
-        None => start_coredns(settings)?,
+        None => start_coredns(settings, &last_words)?,
     };
     // Its next standby waits until the supervisor is back: the CPU goes to the CoreDNS answering
     // and to the supervisor's restart.
@@ -257,7 +261,20 @@ async fn take_over(
                 tracing::info!(took = ?died.elapsed(), "{ANSWERS}");
                 Ok(child)
             }
-            Err(outcome) => Err(outcome),
+            Err(outcome) => {
+                let mut serving = settings.clone();
+                if !fall_back(&mut serving, &outcome, &last_words) {
+                    return Ok(Err(outcome));
+                }
+                let mut child = start_coredns(&serving, &last_words)?;
+                match until_healthy(&mut child, &serving, serving.start_timeout, term, int).await? {
+                    Ok(_) => {
+                        tracing::info!(took = ?died.elapsed(), "{ANSWERS}");
+                        Ok(child)
+                    }
+                    Err(outcome) => Err(outcome),
+                }
+            }
         },
     )
 }

@@ -1,0 +1,89 @@
+//! The fallback: when CoreDNS cannot serve the Corefile (it exits before it is healthy, or is not
+//! healthy within the start timeout), the supervisor serves the fallback Corefile instead
+//! (`LOCALDNS_FALLBACK_COREFILE`, both listeners forwarding) so that names keep resolving, and
+//! says it is degraded, and why, in every status line until it ends. The full Corefile is tried
+//! again at the next start of the unit (the agent restarts it whenever it writes a new Corefile).
+
+use super::last_words::LastWords;
+use super::run::Outcome;
+use super::{Settings, notify};
+
+/// When `outcome` is CoreDNS failing to serve `serving.corefile` and there is a fallback not served
+/// yet: switches `serving` to the fallback, logs and sets the degraded status, and returns true.
+/// Otherwise (stopped on purpose, no fallback, the fallback itself failing) changes nothing.
+pub fn fall_back(serving: &mut Settings, outcome: &Outcome, last_words: &LastWords) -> bool {
+    let Some(fallback) = serving.fallback_corefile.clone() else {
+        return false;
+    };
+    if serving.corefile == fallback {
+        return false;
+    }
+    let failure = match outcome {
+        Outcome::CoreDnsExited(status) => {
+            format!("CoreDNS refused {} ({status})", serving.corefile.display())
+        }
+        Outcome::StartTimedOut { last_error } => format!(
+            "CoreDNS was not healthy in time with {}: {last_error}",
+            serving.corefile.display()
+        ),
+        Outcome::Stopped | Outcome::GaveUp { .. } => return false,
+    };
+    let said = last_words.take();
+    let why = if said.is_empty() {
+        format!("serving the fallback Corefile: {failure}")
+    } else {
+        format!("serving the fallback Corefile: {failure}: {said}")
+    };
+    tracing::error!(fallback = %fallback.display(), "{why}");
+    notify::set_degraded(Some(why));
+    serving.corefile = fallback;
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::process::ExitStatusExt;
+    use std::path::PathBuf;
+    use std::process::ExitStatus;
+
+    use super::*;
+
+    fn settings(fallback: Option<&str>) -> Settings {
+        let vars = |name: &str| {
+            match name {
+                "LOCALDNS_NODE_LISTENER" => Some("169.254.10.10"),
+                "LOCALDNS_CLUSTER_LISTENER" => Some("169.254.10.11"),
+                "LOCALDNS_COREFILE" => Some("/etc/Corefile"),
+                "LOCALDNS_COREDNS" => Some("/usr/bin/coredns"),
+                "LOCALDNS_HEALTH_NAME" => Some("health.example"),
+                "LOCALDNS_READY_PORT" => Some("8181"),
+                "LOCALDNS_FALLBACK_COREFILE" => fallback,
+                _ => None,
+            }
+            .map(str::to_owned)
+        };
+        Settings::from_vars(vars, None).unwrap()
+    }
+
+    #[test]
+    fn a_refused_corefile_switches_to_the_fallback_once_and_says_why() {
+        let mut serving = settings(Some("/etc/Corefile.fallback"));
+        let words = LastWords::default();
+        let exited = Outcome::CoreDnsExited(ExitStatus::from_raw(1 << 8));
+        assert!(!fall_back(&mut serving, &Outcome::Stopped, &words));
+        assert!(fall_back(&mut serving, &exited, &words));
+        assert_eq!(serving.corefile, PathBuf::from("/etc/Corefile.fallback"));
+        let why = notify::degraded().unwrap();
+        assert!(
+            why.contains("CoreDNS refused /etc/Corefile (exit status: 1)"),
+            "{why}"
+        );
+        // The fallback failing too is not answered by itself.
+        assert!(!fall_back(&mut serving, &exited, &words));
+        notify::set_degraded(None);
+
+        let mut without = settings(None);
+        assert!(!fall_back(&mut without, &exited, &words));
+        assert_eq!(without.corefile, PathBuf::from("/etc/Corefile"));
+    }
+}
