@@ -19,6 +19,10 @@ pub const HEALTH_NAME: &str = "health-check.localdns.local";
 pub const READY_PORT: u16 = 8181;
 /// The DNS port of both listeners.
 pub const DNS_PORT: u16 = 53;
+/// Where CoreDNS serves its own metrics (the Corefile's `prometheus`; `{{ metrics_address }}` in a
+/// template): on loopback, where the supervisor fetches them to serve at the node's metrics
+/// address beside its own series (`MetricsAddress` is never loopback, so the two never meet).
+pub const COREDNS_METRICS_ADDRESS: &str = "127.0.0.1:9254";
 
 /// A Corefile that could not be rendered, or that does not do what LocalDNS needs.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -29,7 +33,10 @@ pub enum CorefileError {
     Syntax(String),
     #[error("rendered Corefile: server block `{keys}` has no `bind` (every server block must bind)")]
     NoBind { keys: String },
-    #[error("rendered Corefile: no server block has `prometheus {address}` (the metrics address)")]
+    #[error(
+        "rendered Corefile: no server block has `prometheus {address}` (where the supervisor reads CoreDNS's \
+         metrics; e.g. `prometheus {{{{ metrics_address }}}}`)"
+    )]
     NoPrometheus { address: String },
     #[error(
         "rendered Corefile: server block `{keys}` serves metrics on the wildcard address `{address}` \
@@ -83,7 +90,7 @@ impl TemplateContext {
             cluster_listener: "169.254.10.11".into(),
             cluster_dns: "10.96.0.10".into(),
             upstreams: vec!["192.0.2.53".into()],
-            metrics_address: "192.0.2.10:9253".into(),
+            metrics_address: COREDNS_METRICS_ADDRESS.into(),
             health_name: HEALTH_NAME,
             ready_port: READY_PORT,
             coredns_version: "0.0.0".into(),

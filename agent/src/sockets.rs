@@ -9,6 +9,7 @@
 //! CPU (docs/perf.md). A dump of TCP sockets in LISTEN only walks the listening hash, and the
 //! kernel keeps only those on the asked port.
 
+use std::collections::HashSet;
 use std::net::{IpAddr, Ipv4Addr};
 
 use netlink_packet_core::{NLM_F_DUMP, NLM_F_REQUEST, NetlinkHeader, NetlinkMessage, NetlinkPayload};
@@ -144,6 +145,34 @@ pub fn waiting_on(ips: &[Ipv4Addr], port: u16) -> Result<Vec<Waiting>, String> {
 pub fn bound_sockets() -> Result<Vec<Bound>, String> {
     Ok(dump_bound(0)?
         .into_iter()
+        .map(|row| Bound {
+            proto: row.proto,
+            ip: row.ip,
+            port: row.port,
+        })
+        .collect())
+}
+
+/// The inodes of the sockets process `pid` holds (`socket:[<inode>]` in `/proc/<pid>/fd`);
+/// `None` when its descriptors cannot be read (it is gone, or another user's).
+pub fn socket_inodes(pid: u32) -> Option<HashSet<u64>> {
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
+    Some(
+        fds.filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+            .filter_map(|target| {
+                let target = target.to_str()?;
+                target.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
+            })
+            .collect(),
+    )
+}
+
+/// The listening TCP and bound UDP sockets on `port` of this thread's network namespace that are
+/// among `inodes` (one process's: [`socket_inodes`]).
+pub fn bound_among(inodes: &HashSet<u64>, port: u16) -> Result<Vec<Bound>, String> {
+    Ok(dump_bound(port)?
+        .into_iter()
+        .filter(|row| inodes.contains(&row.inode))
         .map(|row| Bound {
             proto: row.proto,
             ip: row.ip,

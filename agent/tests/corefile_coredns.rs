@@ -32,7 +32,7 @@ fn corefile(case: &str) -> (String, String) {
     } else {
         agent::render::corefile::render(&l).unwrap()
     };
-    (text, l.metrics_address.to_string())
+    (text, agent::corefile::COREDNS_METRICS_ADDRESS.to_string())
 }
 
 fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<String> {
@@ -54,7 +54,7 @@ fn inner(case: &str) {
     addrs.sort();
     addrs.dedup();
     agent::exec::run(Command::new("ip").args(["link", "set", "lo", "up"])).unwrap();
-    for a in &addrs {
+    for a in addrs.iter().filter(|a| !a.is_loopback()) {
         agent::exec::run(Command::new("ip").args(["addr", "add", &format!("{a}/32"), "dev", "lo"])).unwrap();
     }
     let dir = tempfile::tempdir().unwrap();

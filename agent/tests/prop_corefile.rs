@@ -178,13 +178,14 @@ proptest! {
         for b in &blocks {
             prop_assert!(!b.binds().is_empty(), "block {:?} has no bind", b.keys);
         }
-        let metrics = l.metrics_address.to_string();
+        let metrics = agent::corefile::COREDNS_METRICS_ADDRESS.to_string();
         let dots: Vec<_> = blocks.iter().filter(|b| b.keys == [".:53"]).collect();
         prop_assert_eq!(dots.len(), 2);
         prop_assert!(dots.iter().all(|b| b.has_prometheus_on(&metrics)), "{}", corefile);
         prop_assert_eq!(dots[0].binds(), vec![l.node_listener.addr()]);
         prop_assert_eq!(dots[1].binds(), vec![l.cluster_listener.addr()]);
-        // Metrics only on the metrics address, which is neither a wildcard nor loopback.
+        // CoreDNS's metrics only on its loopback address; the node's metrics address (the
+        // supervisor's) is neither a wildcard nor loopback.
         prop_assert!(!l.metrics_address.socket_addr().ip().is_unspecified());
         prop_assert!(!l.metrics_address.socket_addr().ip().is_loopback());
         for address in prometheus_addresses(&blocks) {
@@ -216,7 +217,7 @@ proptest! {
                     "block {:?} has no bind:\n{}", b.keys, corefile
                 );
             }
-            let metrics = goal.local_dns.as_ref().unwrap().metrics_address.to_string();
+            let metrics = agent::corefile::COREDNS_METRICS_ADDRESS.to_string();
             prop_assert!(blocks.iter().any(|b| b.has_prometheus_on(&metrics)), "{}", corefile);
             for address in prometheus_addresses(&blocks) {
                 prop_assert!(!is_wildcard(&address), "metrics on a wildcard address:\n{}", corefile);
@@ -266,7 +267,7 @@ proptest! {
         let template: String = blocks.iter().map(TemplateBlock::text).collect();
         match agent::validate::parse_value(config(&i, Some(&template))) {
             Err(refused) => {
-                let sample = Addresses { node: "169.254.10.10".into(), cluster: "169.254.10.11".into(), metrics: "192.0.2.10:9253".into() };
+                let sample = Addresses { node: "169.254.10.10".into(), cluster: "169.254.10.11".into(), metrics: agent::corefile::COREDNS_METRICS_ADDRESS.into() };
                 let allowed: Vec<String> = problems(&blocks, &sample).iter().map(ToString::to_string).collect();
                 prop_assert!(!allowed.is_empty(), "refused although it has no problem:\n{}\n{}", refused, template);
                 for p in refused.iter() {
@@ -280,7 +281,7 @@ proptest! {
                 let real = Addresses {
                     node: ld.node_listener.to_string(),
                     cluster: ld.cluster_listener.to_string(),
-                    metrics: ld.metrics_address.to_string(),
+                    metrics: agent::corefile::COREDNS_METRICS_ADDRESS.to_string(),
                 };
                 let allowed = problems(&blocks, &real);
                 match agent::render::render(&goal) {

@@ -301,6 +301,34 @@ impl Supervised {
         standby[0]
     }
 
+    /// `GET /metrics` at the metrics address: CoreDNS's series and the supervisor's.
+    fn scrape(&self) -> String {
+        use std::io::{Read, Write};
+        let addr = std::net::SocketAddr::V4(self.goal.metrics_address.socket_addr());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let got = (|| -> std::io::Result<String> {
+                let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1))?;
+                s.set_read_timeout(Some(Duration::from_secs(5)))?;
+                write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+                let mut out = String::new();
+                s.read_to_string(&mut out)?;
+                Ok(out)
+            })();
+            match got {
+                Ok(text) if text.starts_with("HTTP/1.0 200") || text.starts_with("HTTP/1.1 200") => {
+                    return text;
+                }
+                other => assert!(
+                    Instant::now() < deadline,
+                    "no metrics at {addr}: {other:?}\n{}",
+                    self.log()
+                ),
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
     /// Whether both listeners answer the health name now (rcode 0 within 100 ms each).
     fn both_answer(&self) -> bool {
         [self.goal.node_listener.addr(), self.goal.cluster_listener.addr()]
@@ -390,6 +418,19 @@ fn kill_again_and_again(standby: Standby) {
         KILLS,
         "one {how:?} logged per kill:\n{log}"
     );
+    // The supervisor's series count every kill, beside CoreDNS's own.
+    let metrics = s.scrape();
+    let takeovers = if standby == Standby::On { KILLS } else { 0 };
+    for line in [
+        format!("localdns_supervisor_coredns_restarts_total {KILLS}\n"),
+        format!("localdns_supervisor_standby_takeovers_total {takeovers}\n"),
+        "localdns_supervisor_fallback 0\n".to_string(),
+        "localdns_supervisor_coredns_metrics_up 1\n".to_string(),
+        "coredns_build_info{".to_string(),
+        "localdns_supervisor_last_recovery_seconds ".to_string(),
+    ] {
+        assert!(metrics.contains(&line), "{line:?} not in the metrics:\n{metrics}");
+    }
     times.sort();
     eprintln!(
         "CoreDNS SIGKILLed {KILLS} times ({}): both listeners answered again after min {:.0?}, median {:.0?}, \
@@ -533,6 +574,11 @@ fn a_corefile_coredns_refuses_at_the_start_is_replaced_by_the_fallback_and_the_s
         s.log()
     );
     ensure_the_fallback_serves(&mut s);
+    let metrics = s.scrape();
+    assert!(
+        metrics.contains("localdns_supervisor_fallback 1\n") && metrics.contains("coredns_build_info{"),
+        "the metrics should say the fallback serves:\n{metrics}"
+    );
     // CoreDNS's own words reach the journal as before.
     let log = s.log();
     assert!(
@@ -837,6 +883,66 @@ fn a_bridge_supervisor_shares_the_listeners_and_answers_while_the_first_stops() 
     );
     assert!(bridge.both_answer(), "{}", bridge.log());
     eprintln!("{lookups} lookups while the first supervisor stopped ({status}), all answered");
+}
+
+/// A planned restart onto a Corefile CoreDNS refuses: the bridge supervisor's CoreDNS exits at
+/// once while the first CoreDNS answers on the same listeners. The bridge counts only its own
+/// CoreDNS's sockets, so it is not fooled by the first one's answers: it serves the fallback
+/// beside the first, says degraded, and does not spin starting CoreDNS again.
+#[test]
+fn a_bridge_onto_a_refused_corefile_serves_the_fallback_beside_the_first() {
+    use agent::start::localdns_restart::wait_bound;
+
+    let first = Supervised::start(Standby::Off);
+    let listeners = [
+        first.goal.node_listener.addr(),
+        first.goal.cluster_listener.addr(),
+    ];
+    wait_bound(&listeners, 1, Duration::from_secs(10)).unwrap();
+    let mut bridge = Supervised::spawn_full(
+        first.goal.clone(),
+        Standby::Off,
+        &[],
+        &[],
+        Some(&refused_corefile()),
+        Fallback::Rendered,
+    );
+    let ready = bridge.ready.take();
+    assert!(
+        ready.contains("STATUS=degraded (serving the fallback Corefile: CoreDNS refused"),
+        "the bridge's READY=1: {ready:?}\n{}",
+        bridge.log()
+    );
+    wait_bound(&listeners, 2, Duration::from_secs(30)).unwrap_or_else(|e| {
+        panic!(
+            "the bridge's fallback did not bind beside the first: {e}\n{}",
+            bridge.log()
+        )
+    });
+    let pid = bridge.coredns_pid();
+    assert_eq!(
+        conf_of(pid),
+        bridge.dir.path().join("Corefile.fallback"),
+        "{}",
+        bridge.log()
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        bridge.coredns_pid(),
+        pid,
+        "the bridge started CoreDNS again\n{}",
+        bridge.log()
+    );
+    assert!(
+        !bridge.log().contains("CoreDNS exited; starting it again"),
+        "{}",
+        bridge.log()
+    );
+    assert!(
+        bridge.supervisor().try_wait().unwrap().is_none(),
+        "{}",
+        bridge.log()
+    );
 }
 
 /// Lookups of the health name on both listeners in a thread until [`Asking::finish`], each as a

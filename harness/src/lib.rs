@@ -2,6 +2,7 @@
 //! QEMU VMs over QMP, guest commands and evidence collection.
 
 pub mod artifacts;
+pub mod bench;
 pub mod cache;
 pub mod checkpoint;
 pub mod child;
@@ -15,6 +16,7 @@ pub mod images;
 pub mod inspect;
 pub mod kind;
 pub mod lab;
+pub mod localdns_live;
 pub mod node_config;
 pub mod phase_clock;
 pub mod progress;

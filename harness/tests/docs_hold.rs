@@ -190,7 +190,7 @@ enum Program {
 
 /// The program and its arguments when `words` run one of ours: after `sudo`, `env`, `time` and
 /// `VAR=value` words; by any path to the binary; `kubectl unbounded ...`; `cargo run -p <ours>
-/// -- ...` (not an example).
+/// -- ...` (the harness has no cargo examples: its benchmarks are `harness bench` commands).
 fn our_command(words: &[String]) -> Option<(Program, Vec<String>)> {
     static ASSIGNMENT: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^[A-Z_][A-Z0-9_]*=").unwrap());
     let mut rest = words;
@@ -221,9 +221,6 @@ fn our_command(words: &[String]) -> Option<(Program, Vec<String>)> {
         return Some((Program::KubectlPlugin, rest[2..].to_vec()));
     }
     if base == "cargo" && rest.get(1).is_some_and(|w| w == "run") {
-        if rest.iter().any(|w| w == "--example") {
-            return None;
-        }
         let package = rest
             .windows(2)
             .find(|w| ["-p", "--package", "--bin"].contains(&w[0].as_str()))

@@ -4,23 +4,31 @@
 //! test (the `guest_` binary prefix): run by `harness/tests/lab_guest_tests.rs`,
 //! which copies CoreDNS from the lab cache into the VM (`$LOCALDNS_TEST_COREDNS`).
 
-mod localdns_live_support;
-
 use std::time::{Duration, Instant};
 
+use harness::localdns_live::*;
 use hickory_proto::op::ResponseCode;
-use localdns_live_support::*;
+
+/// `result`'s value, or a panic with its error's message.
+fn ok<T>(result: Result<T, LiveError>) -> T {
+    result.unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Runs `cmd`; its stdout, or a panic naming the command and its output.
+fn run(cmd: &mut std::process::Command) -> String {
+    agent::exec::run_stdout(cmd).unwrap_or_else(|e| panic!("{e}"))
+}
 
 /// A lab whose supervisor has reported READY on the test's notify socket.
 fn ready_lab(extra_env: &[(&str, &str)]) -> (Lab, Proc, NotifySocket) {
-    let lab = Lab::new(true);
-    let notify = NotifySocket::bind(lab.dir.path());
-    let env = lab.supervisor_env(extra_env);
-    let supervisor = lab.start_supervisor(&env, Some(&notify.path));
+    let lab = ok(Lab::new(true));
+    let notify = ok(NotifySocket::bind(lab.dir.path()));
+    let env = ok(lab.supervisor_env(extra_env));
+    let supervisor = ok(lab.start_supervisor(&env, Some(&notify.path)));
     if let Err(seen) = notify.until("READY=1", Duration::from_secs(90)) {
         panic!("no READY=1 within 90 s; messages: {seen:?}\n{}", lab.logs());
     }
-    lab.node.enter();
+    ok(lab.node.enter());
     (lab, supervisor, notify)
 }
 
@@ -41,7 +49,7 @@ fn node_listener_answers_upstream_names_and_serves_repeats_from_cache() {
     // it out) reaches the upstream too, at any moment of the first seconds (CI saw it).
     let upstream_a = || {
         metric_sum_with_label(
-            &metrics(UPSTREAM_METRICS),
+            &ok(metrics(UPSTREAM_METRICS)),
             "coredns_dns_requests_total",
             "type=\"A\"",
         )
@@ -58,12 +66,12 @@ fn node_listener_answers_upstream_names_and_serves_repeats_from_cache() {
         }
         upstream_before = now;
     }
-    let hits_before = metric_sum(&metrics(METRICS), "coredns_cache_hits_total");
+    let hits_before = metric_sum(&ok(metrics(METRICS)), "coredns_cache_hits_total");
     for tcp in [false, true, false] {
         assert_eq!(query(NODE, "www.example.test", tcp).unwrap(), first);
     }
     let upstream_after = upstream_a();
-    let hits_after = metric_sum(&metrics(METRICS), "coredns_cache_hits_total");
+    let hits_after = metric_sum(&ok(metrics(METRICS)), "coredns_cache_hits_total");
     assert_eq!(
         upstream_after, upstream_before,
         "repeats must not reach the upstream"
@@ -103,7 +111,7 @@ fn expired_name_is_served_stale_when_the_upstream_is_gone() {
         "{}",
         lab.logs()
     );
-    let stale_before = metric_sum(&metrics(METRICS), "coredns_cache_served_stale_total");
+    let stale_before = metric_sum(&ok(metrics(METRICS)), "coredns_cache_served_stale_total");
     lab.upstream_server.take().expect("upstream runs").stop();
     // The record's TTL is 1 s, but the cache keeps answers at least its MINTTL (5 s by default).
     std::thread::sleep(Duration::from_millis(6500));
@@ -114,7 +122,7 @@ fn expired_name_is_served_stale_when_the_upstream_is_gone() {
         "answer after the upstream stopped: {stale:?}\n{}",
         lab.logs()
     );
-    let stale_after = metric_sum(&metrics(METRICS), "coredns_cache_served_stale_total");
+    let stale_after = metric_sum(&ok(metrics(METRICS)), "coredns_cache_served_stale_total");
     assert!(
         stale_after > stale_before,
         "served_stale {stale_before} -> {stale_after}"
@@ -124,7 +132,7 @@ fn expired_name_is_served_stale_when_the_upstream_is_gone() {
 #[test]
 fn metrics_answer_at_the_metrics_address_with_build_info() {
     let (_lab, _supervisor, _notify) = ready_lab(&[]);
-    let text = metrics(METRICS);
+    let text = ok(metrics(METRICS));
     assert!(
         text.starts_with("HTTP/1.1 200"),
         "{}",
@@ -172,7 +180,7 @@ fn children_of(pid: u32) -> Vec<String> {
 fn sigkill_of_coredns_is_answered_by_a_new_coredns_under_the_same_supervisor() {
     let (lab, mut supervisor, notify) = ready_lab(&[]);
     let pid = supervisor.child.id();
-    lab.node.enter();
+    ok(lab.node.enter());
     let mut took = Vec::new();
     for _ in 0..3 {
         let before = children_of(pid);
@@ -226,9 +234,7 @@ fn sigkill_of_coredns_is_answered_by_a_new_coredns_under_the_same_supervisor() {
 fn sigterm_stops_coredns_with_sigint_and_exits_cleanly() {
     let (lab, mut supervisor, _notify) = ready_lab(&[]);
     run(std::process::Command::new("kill").args(["-TERM", &supervisor.child.id().to_string()]));
-    let status = supervisor
-        .wait_exit(Duration::from_secs(10))
-        .expect("supervisor ends after SIGTERM");
+    let status = ok(supervisor.wait_exit(Duration::from_secs(10))).expect("supervisor ends after SIGTERM");
     assert_eq!(status.code(), Some(0), "{}", lab.logs());
     assert!(
         supervisor.log_text().contains("SIGINT: Shutting down"),
@@ -245,13 +251,14 @@ fn supervisor_gives_up_after_the_tenth_failure_in_the_window_and_not_before() {
         ("LOCALDNS_HUNG_AFTER_FAILED_CHECKS", "0"),
     ]);
     // Health checks made to fail for real: the ready port stops answering.
-    lab.node.run(&["nft", "add table inet h6_fail"]);
-    lab.node.run(&[
+    ok(lab.node.run(&["nft", "add table inet h6_fail"]));
+    ok(lab.node.run(&[
         "nft",
         "add chain inet h6_fail input { type filter hook input priority 0; policy accept; }",
-    ]);
-    lab.node
-        .run(&["nft", "add rule inet h6_fail input tcp dport 8181 drop"]);
+    ]));
+    ok(lab
+        .node
+        .run(&["nft", "add rule inet h6_fail input tcp dport 8181 drop"]));
     let messages = notify
         .until("WATCHDOG=trigger", Duration::from_secs(30))
         .unwrap_or_else(|seen| panic!("no WATCHDOG=trigger: {seen:?}\n{}", lab.logs()));
@@ -259,9 +266,7 @@ fn supervisor_gives_up_after_the_tenth_failure_in_the_window_and_not_before() {
         messages.last().unwrap().contains("10 failed health checks"),
         "{messages:?}"
     );
-    let status = supervisor
-        .wait_exit(Duration::from_secs(30))
-        .expect("supervisor exits after giving up");
+    let status = ok(supervisor.wait_exit(Duration::from_secs(30))).expect("supervisor exits after giving up");
     assert_eq!(status.code(), Some(4), "{}", lab.logs());
     let log = supervisor.log_text();
     // Failures 1..9 were tolerated, each logged, and the 10th gave up.

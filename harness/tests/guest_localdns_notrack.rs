@@ -7,17 +7,25 @@
 //! in the node namespace first, as any stateful firewall would. A guest test (the `guest_` binary
 //! prefix): run by `harness/tests/lab_guest_tests.rs`.
 
-mod localdns_live_support;
-
 use std::net::Ipv4Addr;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use localdns_live_support::*;
+use harness::localdns_live::*;
 
 const CLIENT_SIDE: Ipv4Addr = Ipv4Addr::new(10, 55, 0, 9);
 const CLIENT: Ipv4Addr = Ipv4Addr::new(10, 55, 0, 10);
 const PER_KIND: usize = 25;
+
+/// `result`'s value, or a panic with its error's message.
+fn ok<T>(result: Result<T, LiveError>) -> T {
+    result.unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Runs `cmd`; its stdout, or a panic naming the command and its output.
+fn run(cmd: &mut Command) -> String {
+    agent::exec::run_stdout(cmd).unwrap_or_else(|e| panic!("{e}"))
+}
 
 /// Conntrack entries in the node namespace for a listener address on any port — DNS and the
 /// supervisor's `/ready` probes (port 8181), which our rules cover too — as `conntrack -L` lists
@@ -42,8 +50,7 @@ fn checks_run(notify: &NotifySocket, supervisor: &Proc) -> (usize, usize) {
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut passed = 0;
     loop {
-        passed += notify
-            .queued()
+        passed += ok(notify.queued())
             .iter()
             .filter(|m| m.contains("WATCHDOG=1"))
             .count();
@@ -78,11 +85,11 @@ fn burst(lab: &Lab) -> usize {
 
 /// Runs the burst from the node and then from a routed peer; returns the listener entries left.
 fn entries_after_bursts(notrack_replies: bool) -> Bursts {
-    let lab = Lab::new(notrack_replies);
-    let client = Netns::new(
+    let lab = ok(Lab::new(notrack_replies));
+    let client = ok(Netns::new(
         "p",
         &format!("{}x{}", std::process::id() % 100_000, u8::from(notrack_replies)),
-    );
+    ));
     let (a, b) = (
         format!("vp{}a", lab.node.name.trim_start_matches("h6n")),
         format!("vp{}b", lab.node.name.trim_start_matches("h6n")),
@@ -101,52 +108,53 @@ fn entries_after_bursts(notrack_replies: bool) -> Bursts {
         "netns",
         &client.name,
     ]));
-    lab.node
-        .run(&["ip", "addr", "add", &format!("{CLIENT_SIDE}/30"), "dev", &a]);
-    client.run(&["ip", "addr", "add", &format!("{CLIENT}/30"), "dev", &b]);
-    lab.node.run(&["ip", "link", "set", &a, "up"]);
-    client.run(&["ip", "link", "set", &b, "up"]);
-    client.run(&[
+    ok(lab
+        .node
+        .run(&["ip", "addr", "add", &format!("{CLIENT_SIDE}/30"), "dev", &a]));
+    ok(client.run(&["ip", "addr", "add", &format!("{CLIENT}/30"), "dev", &b]));
+    ok(lab.node.run(&["ip", "link", "set", &a, "up"]));
+    ok(client.run(&["ip", "link", "set", &b, "up"]));
+    ok(client.run(&[
         "ip",
         "route",
         "add",
         "169.254.10.0/24",
         "via",
         &CLIENT_SIDE.to_string(),
-    ]);
+    ]));
     // A stateful firewall makes conntrack run in the namespace.
-    lab.node.run(&["nft", "add table inet h6_stateful"]);
-    lab.node.run(&[
+    ok(lab.node.run(&["nft", "add table inet h6_stateful"]));
+    ok(lab.node.run(&[
         "nft",
         "add chain inet h6_stateful input { type filter hook input priority 0; policy accept; }",
-    ]);
-    lab.node.run(&[
+    ]));
+    ok(lab.node.run(&[
         "nft",
         "add rule inet h6_stateful input ct state established,related accept",
-    ]);
+    ]));
 
-    let notify = NotifySocket::bind(lab.dir.path());
+    let notify = ok(NotifySocket::bind(lab.dir.path()));
     // A watchdog of 1 s makes the supervisor check both listeners (`/ready` and a DNS query) every
     // 200 ms, so its probes run all through the bursts; a probe slower than its 200 ms under TCG
     // must not make it give up or take CoreDNS for hung, so both rules are relaxed.
-    let supervisor = lab.start_supervisor(
-        &lab.supervisor_env(&[
+    let supervisor = ok(lab.start_supervisor(
+        &ok(lab.supervisor_env(&[
             ("WATCHDOG_USEC", "1000000"),
             ("LOCALDNS_FAILURE_THRESHOLD", "100000"),
             ("LOCALDNS_HUNG_AFTER_FAILED_CHECKS", "0"),
-        ]),
+        ])),
         Some(&notify.path),
-    );
+    ));
     notify
         .until("READY=1", Duration::from_secs(90))
         .unwrap_or_else(|seen| panic!("no READY: {seen:?}\n{}", lab.logs()));
     // Nothing from the supervisor's own checks may count: start from an empty table.
     run(lab.node.cmd("conntrack").arg("-F"));
 
-    lab.node.enter();
+    ok(lab.node.enter());
     let from_node = burst(&lab);
     let after_node = listener_entries(&lab);
-    client.enter();
+    ok(client.enter());
     let from_peer = burst(&lab);
     std::thread::sleep(Duration::from_secs(1));
     // The probes of the checks counted here ran before the listing.
@@ -162,7 +170,7 @@ fn entries_after_bursts(notrack_replies: bool) -> Bursts {
     assert_eq!(from_node + from_peer, 2 * 2 * 2 * PER_KIND);
     // Positive control: conntrack does track in this namespace (a query from the node to the
     // upstream, which no rule of ours covers, leaves an entry), so zero entries mean NOTRACK.
-    lab.node.enter();
+    ok(lab.node.enter());
     query(UPSTREAM, "www.example.test", false).expect("the upstream answers the node");
     let all = run(lab.node.cmd("conntrack").arg("-L"));
     assert!(

@@ -10,6 +10,8 @@ use std::time::Duration;
 use harness::guest_tests::{GUEST_FILTER, GuestTests};
 use harness::images;
 use harness::lab::{Lab, LabSpec};
+// Where the guest tests find the real CoreDNS.
+use harness::localdns_live::COREDNS_ENV;
 use harness::vm::{BootImage, Vm};
 
 const SMOKE: &str = "binary_id(agent::guest_smoke)";
@@ -21,8 +23,6 @@ const GUEST_BINARIES: [&str; 5] = [
     "harness::guest_localdns_live",
     "harness::guest_localdns_notrack",
 ];
-/// Where the guest tests find the real CoreDNS (`localdns_live_support::COREDNS_ENV`).
-const COREDNS_ENV: &str = "LOCALDNS_TEST_COREDNS";
 /// Where the guest tests find the nspawn machine rootfs tarball (`agent/tests/guest_start_machine.rs`).
 const ROOTFS_ENV: &str = "UNBOUNDED_TEST_ROOTFS";
 

@@ -4,8 +4,8 @@
 
 use super::HEADER;
 use crate::corefile::{
-    BUILTIN_TEMPLATE, CorefileError, FALLBACK_TEMPLATE, HEALTH_NAME, READY_PORT, TemplateContext, check,
-    render_template,
+    BUILTIN_TEMPLATE, COREDNS_METRICS_ADDRESS, CorefileError, FALLBACK_TEMPLATE, HEALTH_NAME, READY_PORT,
+    TemplateContext, check, render_template,
 };
 use crate::goal::LocalDnsGoal;
 
@@ -16,7 +16,7 @@ pub fn context(g: &LocalDnsGoal) -> TemplateContext {
         cluster_listener: g.cluster_listener.to_string(),
         cluster_dns: g.cluster_dns.to_string(),
         upstreams: g.upstreams.iter().map(ToString::to_string).collect(),
-        metrics_address: g.metrics_address.to_string(),
+        metrics_address: COREDNS_METRICS_ADDRESS.to_string(),
         health_name: HEALTH_NAME,
         ready_port: READY_PORT,
         coredns_version: g.coredns_version.to_string(),

@@ -2,7 +2,7 @@
 
 use super::HEADER;
 use super::paths::{COREDNS_BINARY, COREFILE, FALLBACK_COREFILE};
-use crate::corefile::{HEALTH_NAME, READY_PORT};
+use crate::corefile::{COREDNS_METRICS_ADDRESS, HEALTH_NAME, READY_PORT};
 use crate::goal::LocalDnsGoal;
 
 /// The machine's `/etc/resolv.conf` and `/etc/unbounded/localdns/resolv.conf`:
@@ -29,7 +29,7 @@ pub fn environment(g: &LocalDnsGoal) -> String {
     format!(
         "{HEADER}LOCALDNS_NODE_LISTENER={}\nLOCALDNS_CLUSTER_LISTENER={}\nLOCALDNS_COREFILE={COREFILE}\nLOCALDNS_FALLBACK_COREFILE={FALLBACK_COREFILE}\n\
          LOCALDNS_COREDNS={COREDNS_BINARY}\nLOCALDNS_HEALTH_NAME={HEALTH_NAME}\nLOCALDNS_READY_PORT={READY_PORT}\n\
-         LOCALDNS_METRICS_ADDRESS={}\n",
+         LOCALDNS_METRICS_ADDRESS={}\nLOCALDNS_COREDNS_METRICS_ADDRESS={COREDNS_METRICS_ADDRESS}\n",
         g.node_listener, g.cluster_listener, g.metrics_address
     )
 }

@@ -52,20 +52,19 @@ fn a_custom_template_that_binds_and_exports_metrics_renders() {
     let corefile = text(&r, "/var/lib/machines/kube1/etc/unbounded/localdns/Corefile");
     assert!(corefile.starts_with(HEADER));
     assert!(
-        corefile.contains(
-            "bind 169.254.10.10 169.254.10.11\n forward . 10.0.0.2\n prometheus 192.168.100.10:9253\n"
-        ),
+        corefile
+            .contains("bind 169.254.10.10 169.254.10.11\n forward . 10.0.0.2\n prometheus 127.0.0.1:9254\n"),
         "{corefile}"
     );
 }
 
-/// Validation checks a template with example values (metrics on 192.0.2.10:9253); rendering
+/// Validation checks a template with example values (upstream 192.0.2.53); rendering
 /// checks it again with the node's own. A template that passes the first and not the second
 /// is an error, not a file.
 #[test]
 fn a_custom_template_with_a_block_without_bind_on_this_node_is_an_error_not_a_file() {
     let g = template(&format!(
-        ".:53 {{\n bind {{{{ node_listener }}}}\n prometheus {{{{ metrics_address }}}}\n}}\nexample.org:53 {{\n {{% if metrics_address == '192.0.2.10:9253' %}}bind {{{{ node_listener }}}}{{% endif %}}\n whoami\n}}\n{READY_AND_HEALTH}"
+        ".:53 {{\n bind {{{{ node_listener }}}}\n prometheus {{{{ metrics_address }}}}\n}}\nexample.org:53 {{\n {{% if upstreams[0] == '192.0.2.53' %}}bind {{{{ node_listener }}}}{{% endif %}}\n whoami\n}}\n{READY_AND_HEALTH}"
     ));
     let e = render(&g).unwrap_err();
     assert!(
@@ -74,15 +73,21 @@ fn a_custom_template_with_a_block_without_bind_on_this_node_is_an_error_not_a_fi
     );
 }
 
+/// CoreDNS's metrics address is the same wherever the template is checked, so validation already
+/// refuses a template whose `prometheus` names another, naming the address wanted.
 #[test]
-fn a_custom_template_without_prometheus_on_this_nodes_metrics_address_is_an_error() {
-    let g = template(&format!(
-        ".:53 {{\n bind {{{{ node_listener }}}}\n prometheus 192.0.2.10:9253\n}}\n{READY_AND_HEALTH}"
-    ));
-    let e = render(&g).unwrap_err();
+fn a_custom_template_without_prometheus_on_coredns_metrics_address_is_refused_by_validation() {
+    let mut v = base();
+    merge(
+        &mut v,
+        &json!({"LocalDNS": {"CorefileTemplate": format!(
+            ".:53 {{\n bind {{{{ node_listener }}}}\n prometheus 192.0.2.10:9253\n}}\n{READY_AND_HEALTH}"
+        )}}),
+    );
+    let e = crate::validate::parse_value(v).unwrap_err();
     assert!(
         e.to_string()
-            .contains("no server block has `prometheus 192.168.100.10:9253`"),
+            .contains("no server block has `prometheus 127.0.0.1:9254`"),
         "{e}"
     );
 }

@@ -5,6 +5,7 @@ pub mod alive;
 pub mod failures;
 pub mod fallback;
 pub mod last_words;
+pub mod metrics_endpoint;
 pub mod notify;
 pub mod oom_score;
 pub mod probe;
@@ -14,6 +15,7 @@ pub mod settings;
 pub mod spare;
 pub mod standby;
 pub mod stuck;
+pub mod tally;
 
 pub use failures::{FailureWindow, Verdict};
 pub use run::{Outcome, supervise};

@@ -15,8 +15,10 @@ use super::alive::{self, AliveLine};
 use super::failures::{FailureWindow, Verdict};
 use super::fallback::fall_back;
 use super::last_words::LastWords;
+use super::metrics_endpoint;
 use super::standby::{Keeper, StandbySlot};
 use super::stuck::{self, StuckWatch};
+use super::tally::{SharedTally, Tally, update};
 use super::{Settings, notify, probe};
 
 /// How often the listeners are polled while CoreDNS starts (after a crash, the wait between
@@ -163,6 +165,7 @@ pub(super) async fn until_healthy(
     let started = Instant::now();
     let deadline = tokio::time::Instant::now() + timeout;
     let mut last_error = String::from("no check has run yet");
+    let pid = child.id();
     loop {
         tokio::select! {
             status = child.wait() => {
@@ -179,7 +182,7 @@ pub(super) async fn until_healthy(
                 return Ok(Err(Outcome::StartTimedOut { last_error }));
             }
             result = async {
-                match listeners_bound(settings) {
+                match listeners_bound(settings, pid) {
                     Ok(()) => probe::check(settings).await.map_err(|errors| describe(&errors)),
                     Err(short) => Err(short),
                 }
@@ -194,17 +197,30 @@ pub(super) async fn until_healthy(
     }
 }
 
-/// Whether both listeners have a UDP and a TCP socket on port 53 (cheap: a `sock_diag` dump, no
-/// packet); `Err` names what is missing. A failed dump counts as bound: the probes decide.
-fn listeners_bound(settings: &Settings) -> Result<(), String> {
-    let Ok(bound) = crate::sockets::bound_sockets() else {
+/// Whether CoreDNS `pid` itself holds a UDP and a TCP socket on port 53 of both listeners (cheap:
+/// a `sock_diag` dump and its `/proc/<pid>/fd`, no packet); `Err` names what is missing. Its own
+/// sockets, not any: during a planned restart another CoreDNS (the bridge's, the unit's) answers
+/// on the same listeners, so the probes alone would pass for a CoreDNS that never bound them (one
+/// that refuses its Corefile and exits). Descriptors that cannot be read, or a failed dump, count
+/// as bound: the probes decide.
+fn listeners_bound(settings: &Settings, pid: Option<u32>) -> Result<(), String> {
+    let Some(pid) = pid else {
+        return Ok(());
+    };
+    let Some(inodes) = crate::sockets::socket_inodes(pid) else {
+        return Ok(());
+    };
+    let Ok(bound) = crate::sockets::bound_among(&inodes, super::settings::DNS_PORT) else {
         return Ok(());
     };
     let short = crate::sockets::short_of(&bound, &settings.listeners(), super::settings::DNS_PORT, 1);
     if short.is_empty() {
         Ok(())
     } else {
-        Err(format!("not listening yet: {}", short.join(", ")))
+        Err(format!(
+            "CoreDNS {pid} is not listening yet: {}",
+            short.join(", ")
+        ))
     }
 }
 
@@ -249,6 +265,11 @@ pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
     // What CoreDNS serves: the Corefile, or the fallback once CoreDNS refused it ([`fall_back`]).
     let mut serving = settings.clone();
     let last_words = LastWords::default();
+    let tally: SharedTally = std::sync::Arc::new(std::sync::Mutex::new(Tally {
+        serving: serving.corefile.clone(),
+        ..Tally::default()
+    }));
+    metrics_endpoint::spawn(settings, tally.clone());
     let mut child = start_coredns(&serving, &last_words)?;
     let mut standby = StandbySlot::new(settings, Keeper::Supervisor);
 
@@ -258,6 +279,7 @@ pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
         match until_healthy(&mut child, &serving, serving.start_timeout, &mut term, &mut int).await? {
             Ok(took) => break took,
             Err(outcome) if fall_back(&mut serving, &outcome, &last_words) => {
+                update(&tally, |t| t.serving = serving.corefile.clone());
                 child = start_coredns(&serving, &last_words)?;
             }
             Err(outcome) => return Ok(outcome),
@@ -288,11 +310,15 @@ pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
     // the answer to CoreDNS exiting.
     let mut checking: Option<CheckInFlight<'_>> = None;
     loop {
+        let standby_ready = standby.ready_pid().is_some();
+        update(&tally, |t| t.standby_ready = standby_ready);
         let standby_wake = standby.next_wake();
         tokio::select! {
             status = child.wait() => {
                 let status = status.map_err(SuperviseError::Wait)?;
                 restarts += 1;
+                let exited_at = Instant::now();
+                update(&tally, |t| t.coredns_restarts += 1);
                 failed_in_a_row = 0;
                 // A check in flight asked the CoreDNS that is gone.
                 checking = None;
@@ -311,6 +337,10 @@ pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
                     };
                     match until_healthy(&mut child, &serving, timeout, &mut term, &mut int).await? {
                         Ok(took) => {
+                            update(&tally, |t| {
+                                t.last_recovery = Some(exited_at.elapsed());
+                                t.standby_takeovers += u64::from(promoted);
+                            });
                             let status = format!(
                                 "CoreDNS healthy again on {} and {} after {took:.1?}{by}",
                                 settings.node_listener, settings.cluster_listener,
@@ -331,6 +361,7 @@ pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
                             tokio::time::sleep(RESTART_BACKOFF * failed_starts).await;
                         }
                         Err(outcome) if fall_back(&mut serving, &outcome, &last_words) => {
+                            update(&tally, |t| t.serving = serving.corefile.clone());
                             failed_starts = 0;
                         }
                         Err(outcome) => {
@@ -368,6 +399,7 @@ pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
                         drop(alive.take());
                         return give_up(&mut child, &mut standby, settings, failures_in_window, why).await;
                     }
+                    update(&tally, |t| t.hung_killed += 1);
                     if let Err(err) = child.start_kill() {
                         tracing::warn!(%err, "could not kill CoreDNS");
                     }
@@ -403,6 +435,7 @@ pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
                                     notify::status(&why);
                                     failed_in_a_row = 0;
                                     // Its exit is then seen like a crash: CoreDNS is started again.
+                                    update(&tally, |t| t.hung_killed += 1);
                                     if let Err(err) = child.start_kill() {
                                         tracing::warn!(%err, "could not kill CoreDNS");
                                     }

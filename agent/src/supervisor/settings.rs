@@ -33,7 +33,11 @@ pub struct Settings {
     pub health_name: String,
     /// The port of CoreDNS's `ready` plugin on each listener.
     pub ready_port: u16,
+    /// Where the supervisor serves metrics: CoreDNS's and its own (`LOCALDNS_METRICS_ADDRESS`).
     pub metrics_address: Option<SocketAddrV4>,
+    /// Where CoreDNS's `prometheus` plugin serves its series, on loopback, for the supervisor to
+    /// pass on (`LOCALDNS_COREDNS_METRICS_ADDRESS`; unset: the supervisor's series alone).
+    pub coredns_metrics_address: Option<SocketAddrV4>,
     /// How long CoreDNS may take to become healthy (`LOCALDNS_START_TIMEOUT_SECS`, default 60).
     pub start_timeout: Duration,
     /// WatchdogSec/5 from `WATCHDOG_USEC` (default 60 s → 12 s).
@@ -121,6 +125,15 @@ impl Settings {
             Some(v) => Some(parse("LOCALDNS_METRICS_ADDRESS", &v, "an IPv4:port address")?),
             None => None,
         };
+        let coredns_metrics_address =
+            match var("LOCALDNS_COREDNS_METRICS_ADDRESS").filter(|v| !v.trim().is_empty()) {
+                Some(v) => Some(parse(
+                    "LOCALDNS_COREDNS_METRICS_ADDRESS",
+                    &v,
+                    "an IPv4:port address",
+                )?),
+                None => None,
+            };
         let start_timeout = match var("LOCALDNS_START_TIMEOUT_SECS") {
             Some(v) => Duration::from_secs(parse("LOCALDNS_START_TIMEOUT_SECS", &v, "a number of seconds")?),
             None => Duration::from_secs(60),
@@ -188,6 +201,7 @@ impl Settings {
             health_name,
             ready_port,
             metrics_address,
+            coredns_metrics_address,
             start_timeout,
             check_interval: watchdog / 5,
             watchdog_enabled,

@@ -10,7 +10,6 @@
 //! `/proc/<pid>/stat` only, and it acts as soon as clients wait instead of after three failed
 //! health checks.
 
-use std::collections::HashSet;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -116,19 +115,6 @@ pub fn cpu_ticks_in_stat(stat: &str) -> Option<u64> {
     Some(utime + stime)
 }
 
-/// The inodes of the sockets process `pid` holds (`socket:[<inode>]` in `/proc/<pid>/fd`).
-fn socket_inodes(pid: u32) -> HashSet<u64> {
-    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
-        return HashSet::new();
-    };
-    fds.filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
-        .filter_map(|target| {
-            let target = target.to_str()?;
-            target.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
-        })
-        .collect()
-}
-
 /// One look at CoreDNS `pid`: whether one of its listener sockets has something waiting, and its
 /// CPU time. Asks the kernel for the listeners' sockets first ([`crate::sockets::waiting_on`]) and
 /// reads the process only when something waits on one.
@@ -142,7 +128,7 @@ pub fn look(pid: u32, settings: &Settings) -> Look {
         };
     }
     // Another process's sockets on the listeners (a restart's bridge) are not this CoreDNS's.
-    let inodes = socket_inodes(pid);
+    let inodes = crate::sockets::socket_inodes(pid).unwrap_or_default();
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     Look {
         waiting: waiting.iter().any(|w| inodes.contains(&w.inode)),
@@ -290,7 +276,7 @@ mod tests {
             .find(|l| l.split_whitespace().nth(1) == Some(&format!("0100007F:{port:04X}")))
             .and_then(|l| l.split_whitespace().nth(9)?.parse().ok())
             .unwrap();
-        assert!(socket_inodes(pid).contains(&inode));
+        assert!(crate::sockets::socket_inodes(pid).unwrap().contains(&inode));
         assert!(!stopped_in_stat(&stat), "{stat}");
     }
 

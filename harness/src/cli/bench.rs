@@ -1,6 +1,7 @@
-//! `harness bench vm`, `node`, `cluster` and `suite`; `vm` gives the lab VM's figures on this machine — QEMU start to a ready guest,
-//! cold and resumed from the saved state; reboot time; guest commands per second over the
-//! guest agent; QEMU's memory (RSS) per VM. VMs on user networking, no lab needed.
+//! `harness bench vm`, `node`, `cluster`, `suite`, `localdns` and `supervisor-idle`; `vm` gives
+//! the lab VM's figures on this machine — QEMU start to a ready guest, cold and resumed from the
+//! saved state; reboot time; guest commands per second over the guest agent; QEMU's memory (RSS)
+//! per VM. VMs on user networking, no lab needed.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -38,6 +39,22 @@ pub enum Command {
     /// and idle, each VM test longest first (docs/perf.md). Example: `harness bench suite`
     /// after `scripts/test.sh`.
     Suite(super::bench_suite::Args),
+    /// LocalDNS's cached-query throughput with and without NOTRACK rules, and bare CoreDNS's.
+    ///
+    /// In network namespaces on this host: ours (the supervisor's CoreDNS) with our NOTRACK
+    /// rules, ours without, and bare CoreDNS serve the node listener, each twice; conntrack's
+    /// entries, CoreDNS's RSS and CPU, and the throughput ratios (docs/perf.md). Needs root, nft,
+    /// conntrack, ss, the CoreDNS artifact and the supervisor built beside harness.
+    /// Example: `harness bench localdns --seconds 8 --threads 4`.
+    #[command(name = "localdns")]
+    LocalDns(super::bench_localdns::Args),
+    /// The LocalDNS supervisor's CPU when idle, its hung-CoreDNS queue rule on and off.
+    ///
+    /// Four rounds (the rule on and off, with few and with `--sockets` more sockets), then the
+    /// time of one look at the listeners' queues (docs/perf.md). Needs root, nft, the CoreDNS
+    /// artifact and the supervisor built beside harness.
+    /// Example: `harness bench supervisor-idle --seconds 30 --sockets 2000`.
+    SupervisorIdle(super::bench_supervisor_idle::Args),
 }
 
 pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
@@ -50,6 +67,8 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
         Command::Node(args) => super::bench_node::run(args),
         Command::Cluster(args) => super::bench_cluster::run(args),
         Command::Suite(args) => super::bench_suite::run(args),
+        Command::LocalDns(args) => super::bench_localdns::run(args),
+        Command::SupervisorIdle(args) => super::bench_supervisor_idle::run(args),
     }
 }
 

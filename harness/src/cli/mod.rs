@@ -3,8 +3,10 @@
 
 pub mod bench;
 pub mod bench_cluster;
+pub mod bench_localdns;
 pub mod bench_node;
 pub mod bench_suite;
+pub mod bench_supervisor_idle;
 pub mod images;
 pub mod lab;
 pub mod lab_arg;
@@ -44,7 +46,8 @@ pub enum Command {
     /// Reach a VM of the running lab: run commands, copy files, open a shell.
     #[command(subcommand)]
     Vm(vm::Command),
-    /// Measure the lab on this machine (VM start cold and resumed, reboot, commands, memory).
+    /// Measure the lab on this machine (VM start cold and resumed, reboot, commands, memory) and
+    /// LocalDNS on this host (throughput with and without NOTRACK, the supervisor idle).
     #[command(subcommand)]
     Bench(bench::Command),
 }
@@ -96,6 +99,8 @@ mod root_tests {
             &["images", "list"],
             &["vm", "exec", "n1", "--", "true"],
             &["bench", "vm"],
+            &["bench", "localdns"],
+            &["bench", "supervisor-idle"],
         ] {
             let why = refuse_without_root(&command(args), false)
                 .unwrap_or_else(|| panic!("{args:?} ran without root"));

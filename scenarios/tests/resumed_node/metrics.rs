@@ -1,9 +1,12 @@
-//! The `metrics` check: on a joined LocalDNS node, CoreDNS's Prometheus endpoint answers at
-//! `<nodeIP>:9253` when scraped from the lab network (outside the VM) with `coredns_build_info`;
-//! `coredns_cache_hits_total` of the cluster listener rises when a `ClusterFirst` pod looks the
-//! same name up again and again; and nothing else serves metrics: `ss` shows :9253 bound on the
-//! node IP only (no wildcard, no listener address) and connections to the listeners' :9253 are
-//! refused, while the same connection to the node IP from the same place succeeds.
+//! The `metrics` check: on a joined LocalDNS node, the metrics endpoint answers at `<nodeIP>:9253`
+//! when scraped from the lab network (outside the VM) with CoreDNS's series (`coredns_build_info`)
+//! and the supervisor's beside them (not degraded, CoreDNS's endpoint up, the upstreams each
+//! listener forwards to: the cluster DNS for the cluster listener); `coredns_cache_hits_total` of
+//! the cluster listener rises when a `ClusterFirst` pod looks the same name up again and again;
+//! and nothing else serves metrics: `ss` shows :9253 bound on the node IP only, by the supervisor
+//! (no wildcard, no listener address), CoreDNS's own endpoint on loopback only, and connections
+//! to the listeners' :9253 are refused, while the same connection to the node IP from the same
+//! place succeeds.
 
 use std::net::{Ipv4Addr, SocketAddr};
 
@@ -48,6 +51,7 @@ pub(crate) fn coredns_metrics_are_served_on_the_node_ip_only_and_count_pod_cache
     );
     let before = scrape_from_lab(&node.lab, addr)?;
     build_info_is_served(&before)?;
+    supervisor_series_are_served(&before, node)?;
 
     eprintln!("==> a ClusterFirst pod looks up {CACHED_NAME} {LOOKUPS} times");
     let cluster_hits = |m: &Metrics| {
@@ -88,6 +92,56 @@ fn build_info_is_served(metrics: &Metrics) -> anyhow::Result<()> {
         metrics.describe("coredns_build_info")
     );
     eprintln!("==> coredns_build_info: version {}", info[0].label("version"));
+    Ok(())
+}
+
+/// The supervisor's series beside CoreDNS's: not on the fallback, CoreDNS's endpoint answered, a
+/// standby ready, no restart yet on this fresh node, and the upstreams in use — the config's
+/// cluster DNS for the cluster listener, at least one for the node listener.
+fn supervisor_series_are_served(metrics: &Metrics, node: &JoinedNode) -> anyhow::Result<()> {
+    let value = |name: &str| metrics.samples(name).next().map(|s| s.value);
+    for (name, wanted) in [
+        ("localdns_supervisor_fallback", 0.0),
+        ("localdns_supervisor_coredns_metrics_up", 1.0),
+        ("localdns_supervisor_standby_ready", 1.0),
+    ] {
+        ensure!(
+            value(name) == Some(wanted),
+            "{name} should be {wanted}:\n{}",
+            metrics.describe(name)
+        );
+    }
+    ensure!(
+        metrics.has("localdns_supervisor_coredns_restarts_total")
+            && metrics.has("localdns_supervisor_standby_takeovers_total"),
+        "the supervisor's counters are missing:\n{}",
+        metrics.describe("localdns_supervisor_coredns_restarts_total")
+    );
+    let cluster_dns = node
+        .deployed
+        .config
+        .cluster
+        .as_ref()
+        .and_then(|c| c.cluster_dns.clone())
+        .context("the deployed config has no Cluster.ClusterDNS")?;
+    let upstreams = |listener: &str| -> Vec<String> {
+        metrics
+            .samples("localdns_supervisor_upstream_info")
+            .filter(|s| s.label("listener") == listener)
+            .map(|s| s.label("upstream").to_string())
+            .collect()
+    };
+    ensure!(
+        upstreams("cluster") == [cluster_dns.to_string()] && !upstreams("node").is_empty(),
+        "localdns_supervisor_upstream_info should name {cluster_dns} for the cluster listener and the \
+         host's resolvers for the node listener:\n{}",
+        metrics.describe("localdns_supervisor_upstream_info")
+    );
+    eprintln!(
+        "==> the supervisor's series: upstreams node {:?}, cluster {:?}",
+        upstreams("node"),
+        upstreams("cluster")
+    );
     Ok(())
 }
 
@@ -135,7 +189,8 @@ fn local_address(line: &str) -> Option<&str> {
     line.split_whitespace().nth(3)
 }
 
-/// `ss -Hltnp` on the host shows :9253 bound by CoreDNS on `<nodeIP>:9253` and nowhere else.
+/// `ss -Hltnp` on the host shows :9253 bound by the supervisor on `<nodeIP>:9253` and nowhere
+/// else, and CoreDNS listening on the listeners and its loopback metrics address only.
 fn metrics_listen_on_the_node_ip_only(node: &JoinedNode, node_ip: Ipv4Addr) -> anyhow::Result<()> {
     let ss = node.vm.run("ss -Hltnp")?;
     let suffix = format!(":{METRICS_PORT}");
@@ -156,17 +211,19 @@ fn metrics_listen_on_the_node_ip_only(node: &JoinedNode, node_ip: Ipv4Addr) -> a
             local_address(line),
             bound.join("\n")
         );
+        // `ss` shows the first 15 characters of the program's name.
         ensure!(
-            line.contains("\"coredns\""),
-            "{expected} is not CoreDNS's: {line}"
+            line.contains("\"unbounded-local\""),
+            "{expected} is not the LocalDNS supervisor's: {line}"
         );
     }
     // No other port either (e.g. a `prometheus` without an address would take :9153 on every
-    // address): CoreDNS listens for TCP on the listeners' :53 and :8181 and the metrics address.
+    // address): CoreDNS listens for TCP on the listeners' :53 and :8181 and its own metrics
+    // address on loopback, which the supervisor passes on.
     let allowed: Vec<String> = [NODE_LISTENER, CLUSTER_LISTENER]
         .iter()
         .flat_map(|l| [format!("{l}:53"), format!("{l}:8181")])
-        .chain([expected.clone()])
+        .chain([agent::corefile::COREDNS_METRICS_ADDRESS.to_string()])
         .collect();
     // The one exception: the warm standby CoreDNS of the supervisor and of the spare
     // (`localdns-spare.service`; docs/localdns.md) each hold a placeholder on one loopback port,
