@@ -3,7 +3,8 @@
 //!
 //! * CoreDNS killed with SIGKILL [`KILLS`] times, each time once the supervisor's warm standby
 //!   CoreDNS is ready: the standby takes over (it then holds the listeners) and answers on both
-//!   (over TCP, so a listener that is gone refuses at once); min/median/max printed;
+//!   (over TCP, so a listener that is gone refuses at once); min/median/max printed; the
+//!   supervisor's metrics count every kill (restarts, standby take-overs, the last recovery time);
 //! * the lab's upstream DNS stops answering: a name cached before keeps answering from the node
 //!   listener after its TTL (`serve_stale`, `coredns_cache_served_stale_total` rises), a name never
 //!   asked gets no address, and names resolve again once the upstream answers;
@@ -48,7 +49,7 @@ use scenarios::recovery_wait::{NOW_NS, wait_both_answer};
 
 /// SIGKILLs of CoreDNS.
 const KILLS: usize = 20;
-/// CoreDNS's metrics port on the node IP.
+/// The node's metrics port on the node IP (the supervisor's endpoint: CoreDNS's series and its own).
 const METRICS_PORT: u16 = 9253;
 /// When a TTL-1 answer cached by CoreDNS is stale: past the cache's 5 s minimum TTL.
 const STALE_AFTER: Duration = Duration::from_secs(8);
@@ -221,6 +222,7 @@ fn fault_then_recovery(
 
 fn coredns_killed_again_and_again(node: &JoinedNode) -> anyhow::Result<()> {
     let supervisor = supervisor_pid(node)?;
+    let counted_before = supervisor_counts(node)?;
     let mut coredns = active_coredns(node)?;
     let mut standby = until_standby_ready(node, &coredns)?;
     let mut took = Vec::with_capacity(KILLS);
@@ -237,6 +239,24 @@ fn coredns_killed_again_and_again(node: &JoinedNode) -> anyhow::Result<()> {
     ensure!(
         supervisor_pid(node)? == supervisor,
         "the supervisor changed while CoreDNS was killed: it should start CoreDNS again itself"
+    );
+    // The supervisor's own series on the node's metrics endpoint counted every kill.
+    let counted = supervisor_counts(node)?;
+    ensure!(
+        counted.0 - counted_before.0 == KILLS as f64
+            && counted.1 - counted_before.1 == KILLS as f64
+            && counted.2 > 0.0,
+        "after {KILLS} kills the supervisor's metrics say restarts {} -> {}, standby take-overs {} -> {}, \
+         last recovery {} s; expected {KILLS} more of each and a recovery time",
+        counted_before.0,
+        counted.0,
+        counted_before.1,
+        counted.1,
+        counted.2
+    );
+    eprintln!(
+        "==> the supervisor's metrics: {KILLS} more restarts and standby take-overs, the last recovery took {:.2} s",
+        counted.2
     );
     took.sort_unstable();
     eprintln!(
@@ -269,6 +289,19 @@ fn ask_node_listener(node: &JoinedNode, name: &str) -> anyhow::Result<(Vec<Strin
         .filter_map(|l| l.split_whitespace().last().map(str::to_string))
         .collect();
     Ok((addresses, status))
+}
+
+/// The supervisor's `localdns_supervisor_coredns_restarts_total`,
+/// `localdns_supervisor_standby_takeovers_total` and `localdns_supervisor_last_recovery_seconds`
+/// (0 when absent), scraped from the lab network.
+fn supervisor_counts(node: &JoinedNode) -> anyhow::Result<(f64, f64, f64)> {
+    let addr = SocketAddr::from((node.deployed.node_ip, METRICS_PORT));
+    let metrics = scrape_from_lab(&node.lab, addr)?;
+    Ok((
+        metrics.sum("localdns_supervisor_coredns_restarts_total"),
+        metrics.sum("localdns_supervisor_standby_takeovers_total"),
+        metrics.sum("localdns_supervisor_last_recovery_seconds"),
+    ))
 }
 
 fn served_stale(node: &JoinedNode) -> anyhow::Result<f64> {

@@ -3,10 +3,10 @@
 //! the checkpoint's (the resumed node is a node of the new lab's cluster), `notrack` (the host's
 //! link, table and untracked listener DNS), `metrics` (CoreDNS's endpoint on the node IP only,
 //! counting cache hits), `network_repair` (the link and table deleted by hand come back by the
-//! daemon's next pass), `corefile_fallback` (a Corefile CoreDNS refuses, applied through the
-//! Machine, leaves the fallback serving and names resolving; the built-in template again, the
-//! full Corefile serves) and `dns_wiring` (machine and pods resolve through the listeners their
-//! DNS policy names; it ends with a machine restart). Each check is a
+//! daemon's next pass), `dns_wiring` (machine and pods resolve through the listeners their DNS
+//! policy names; it ends with a machine restart) and `corefile_fallback` (a Corefile CoreDNS
+//! refuses, applied through the Machine, leaves the fallback serving and names resolving; the
+//! built-in template again, the full Corefile serves). Each check is a
 //! module here; a failing one names itself, saves the node's evidence under
 //! `$LAB_ARTIFACTS_DIR/<test>/<check>/` and the next still runs (`scenarios::checks`).
 
@@ -22,8 +22,9 @@ use scenarios::node::JoinedNode;
 
 /// In this order: the checkpoint's first (its clock and Lease are read right after the resume),
 /// `network_repair` after `notrack` and `metrics` (it takes the node's network away and waits for
-/// the daemon to bring it back), `corefile_fallback` after them (it restarts LocalDNS twice),
-/// `dns_wiring` last (its machine restart changes the node).
+/// the daemon to bring it back), then `dns_wiring` (it checks that `start` was the last operation,
+/// and ends with a machine restart), `corefile_fallback` last (it applies two configs through the
+/// daemon).
 const CHECKS: [Check; 6] = [
     (
         "a_node_resumed_from_its_checkpoint_is_a_working_node_of_the_new_labs_cluster",
@@ -42,12 +43,12 @@ const CHECKS: [Check; 6] = [
         network_repair::a_link_and_table_removed_by_hand_are_restored_by_the_daemon,
     ),
     (
-        "a_corefile_coredns_refuses_leaves_names_resolving_through_the_fallback",
-        corefile_fallback::a_corefile_coredns_refuses_leaves_names_resolving_through_the_fallback,
-    ),
-    (
         "machine_and_pods_resolve_through_the_listeners_their_dns_policy_names",
         dns_wiring::machine_and_pods_resolve_through_the_listeners_their_dns_policy_names,
+    ),
+    (
+        "a_corefile_coredns_refuses_leaves_names_resolving_through_the_fallback",
+        corefile_fallback::a_corefile_coredns_refuses_leaves_names_resolving_through_the_fallback,
     ),
 ];
 
