@@ -222,8 +222,8 @@ impl Lab {
             .expect("the live lab's config enables LocalDNS"))
     }
 
-    /// The environment the supervisor gets: the rendered environment file, with the Corefile and
-    /// CoreDNS paths of this lab, plus `extra`.
+    /// The environment the supervisor gets: the rendered environment file, with the Corefile, the
+    /// fallback Corefile and CoreDNS paths of this lab, plus `extra`.
     pub fn supervisor_env(&self, extra: &[(&str, &str)]) -> Result<BTreeMap<String, String>, LiveError> {
         let goal = self.goal(true)?;
         let corefile = render::corefile::render(&goal)?;
@@ -233,7 +233,9 @@ impl Lab {
             .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
             .filter_map(|l| l.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())))
             .collect();
+        let fallback_path = self.write("Corefile.fallback", &render::corefile::render_fallback(&goal)?)?;
         env.insert("LOCALDNS_COREFILE".into(), corefile_path.display().to_string());
+        env.insert("LOCALDNS_FALLBACK_COREFILE".into(), fallback_path.display().to_string());
         env.insert("LOCALDNS_COREDNS".into(), self.coredns.display().to_string());
         for (k, v) in extra {
             env.insert((*k).into(), (*v).into());
