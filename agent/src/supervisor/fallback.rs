@@ -1,33 +1,40 @@
-//! The fallback: when CoreDNS cannot serve the Corefile (it exits before it is healthy, or is not
-//! healthy within the start timeout), the supervisor serves the fallback Corefile instead
+//! The fallback: when CoreDNS cannot serve the Corefile (it exits before it is healthy: at the
+//! start, or three times in a row after a crash), the supervisor serves the fallback Corefile instead
 //! (`LOCALDNS_FALLBACK_COREFILE`, both listeners forwarding) so that names keep resolving, and
 //! says it is degraded, and why, in every status line until it ends. The full Corefile is tried
 //! again at the next start of the unit (the agent restarts it whenever it writes a new Corefile).
+//! A CoreDNS that is only slow to become healthy (the start timeout; a loaded or emulated CPU) is
+//! not taken for a refused Corefile: the supervisor ends as before and systemd starts the unit
+//! again with the full Corefile.
 
 use super::last_words::LastWords;
 use super::run::Outcome;
 use super::{Settings, notify};
 
-/// When `outcome` is CoreDNS failing to serve `serving.corefile` and there is a fallback not served
-/// yet: switches `serving` to the fallback, logs and sets the degraded status, and returns true.
-/// Otherwise (stopped on purpose, no fallback, the fallback itself failing) changes nothing.
+/// When `outcome` is CoreDNS exiting before it served `serving.corefile` and there is a fallback
+/// not served yet: switches `serving` to the fallback, logs and sets the degraded status, and
+/// returns true. Otherwise (stopped on purpose, not healthy in time, no fallback, the fallback
+/// itself failing) changes nothing.
 pub fn fall_back(serving: &mut Settings, outcome: &Outcome, last_words: &LastWords) -> bool {
+    let failure = match outcome {
+        Outcome::CoreDnsExited(status) => {
+            format!("CoreDNS refused {} ({status})", serving.corefile.display())
+        }
+        Outcome::StartTimedOut { .. } | Outcome::Stopped | Outcome::GaveUp { .. } => return false,
+    };
+    switch_to_fallback(serving, &failure, last_words)
+}
+
+/// Switches `serving` to the fallback because of `failure` (with CoreDNS's last words, if it
+/// said any), logs it and sets the degraded status; false, changing nothing, when there is no
+/// fallback or it serves already.
+pub fn switch_to_fallback(serving: &mut Settings, failure: &str, last_words: &LastWords) -> bool {
     let Some(fallback) = serving.fallback_corefile.clone() else {
         return false;
     };
     if serving.corefile == fallback {
         return false;
     }
-    let failure = match outcome {
-        Outcome::CoreDnsExited(status) => {
-            format!("CoreDNS refused {} ({status})", serving.corefile.display())
-        }
-        Outcome::StartTimedOut { last_error } => format!(
-            "CoreDNS was not healthy in time with {}: {last_error}",
-            serving.corefile.display()
-        ),
-        Outcome::Stopped | Outcome::GaveUp { .. } => return false,
-    };
     let said = last_words.take();
     let why = if said.is_empty() {
         format!("serving the fallback Corefile: {failure}")
@@ -71,6 +78,10 @@ mod tests {
         let words = LastWords::default();
         let exited = Outcome::CoreDnsExited(ExitStatus::from_raw(1 << 8));
         assert!(!fall_back(&mut serving, &Outcome::Stopped, &words));
+        let slow = Outcome::StartTimedOut {
+            last_error: "GET /ready: no answer".into(),
+        };
+        assert!(!fall_back(&mut serving, &slow, &words));
         assert!(fall_back(&mut serving, &exited, &words));
         assert_eq!(serving.corefile, PathBuf::from("/etc/Corefile.fallback"));
         let why = notify::degraded().unwrap();

@@ -10,11 +10,10 @@ use std::convert::Infallible;
 use std::net::{SocketAddr, SocketAddrV4};
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Empty, Full, Limited};
+use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode, header};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioIo;
 use tokio::net::{TcpListener, TcpSocket};
 
 use super::Settings;
@@ -121,25 +120,11 @@ async fn answer(
 
 /// CoreDNS's own series from its endpoint at `at`.
 async fn coredns_series(at: SocketAddrV4) -> Result<String, String> {
-    tokio::time::timeout(COREDNS_TIMEOUT, async {
-        let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new())
-            .pool_max_idle_per_host(0)
-            .build_http();
-        let request = Request::get(format!("http://{at}/metrics"))
-            .header(header::USER_AGENT, "unbounded-localdns-supervisor")
-            .body(Empty::new())
-            .map_err(|e| format!("request: {e}"))?;
-        let response = client.request(request).await.map_err(|e| e.to_string())?;
-        if response.status() != StatusCode::OK {
-            return Err(format!("status {}", response.status()));
-        }
-        let body = Limited::new(response.into_body(), COREDNS_BODY_LIMIT)
-            .collect()
-            .await
-            .map_err(|e| format!("body: {e}"))?
-            .to_bytes();
-        Ok(String::from_utf8_lossy(&body).into_owned())
-    })
+    let body = tokio::time::timeout(
+        COREDNS_TIMEOUT,
+        super::probe::get_ok(at, "/metrics", COREDNS_BODY_LIMIT),
+    )
     .await
-    .map_err(|_| format!("no answer within {COREDNS_TIMEOUT:?}"))?
+    .map_err(|_| format!("no answer within {COREDNS_TIMEOUT:?}"))??;
+    Ok(String::from_utf8_lossy(&body).into_owned())
 }

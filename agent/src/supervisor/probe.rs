@@ -50,28 +50,34 @@ fn with_causes(err: &(dyn std::error::Error + 'static)) -> String {
     text
 }
 
+/// `GET http://<target><path>` on a new direct connection (no proxy; no pooled connection
+/// outlives it): the body, at most `limit` bytes of it, when the status is 200; else why not.
+pub async fn get_ok(target: SocketAddrV4, path: &str, limit: usize) -> Result<Bytes, String> {
+    let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(0)
+        .build_http();
+    let request = Request::get(format!("http://{target}{path}"))
+        .header(header::USER_AGENT, "unbounded-localdns-supervisor")
+        .body(Empty::new())
+        .map_err(|e| format!("request: {e}"))?;
+    let response = client.request(request).await.map_err(|e| with_causes(&e))?;
+    let status = response.status();
+    if status != StatusCode::OK {
+        return Err(format!("status {status}, not 200"));
+    }
+    Ok(Limited::new(response.into_body(), limit)
+        .collect()
+        .await
+        .map_err(|e| format!("body: {}", with_causes(e.as_ref())))?
+        .to_bytes())
+}
+
 /// `GET /ready` on `<ip>:<port>` answers 200 with body `OK`, all within `timeout`. One new
 /// connection per probe (no pooled connection outlives it).
 pub async fn ready(ip: Ipv4Addr, port: u16, timeout: Duration) -> Result<(), ProbeError> {
     let target = SocketAddrV4::new(ip, port);
     within(timeout, async {
-        let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new())
-            .pool_max_idle_per_host(0)
-            .build_http();
-        let request = Request::get(format!("http://{target}/ready"))
-            .header(header::USER_AGENT, "unbounded-localdns-supervisor")
-            .body(Empty::new())
-            .map_err(|e| format!("request: {e}"))?;
-        let response = client.request(request).await.map_err(|e| with_causes(&e))?;
-        let status = response.status();
-        if status != StatusCode::OK {
-            return Err(format!("status {status}, not 200"));
-        }
-        let body = Limited::new(response.into_body(), READY_BODY_LIMIT)
-            .collect()
-            .await
-            .map_err(|e| format!("body: {}", with_causes(e.as_ref())))?
-            .to_bytes();
+        let body = get_ok(target, "/ready", READY_BODY_LIMIT).await?;
         let body = String::from_utf8_lossy(&body);
         if body.trim() == "OK" {
             Ok(())

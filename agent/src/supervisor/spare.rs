@@ -26,7 +26,7 @@ use tokio::process::Child;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::Instant;
 
-use super::fallback::fall_back;
+use super::fallback::{fall_back, switch_to_fallback};
 use super::last_words::LastWords;
 use super::run::{
     Outcome, SuperviseError, sleep_until_some, spawn_coredns, start_coredns, stop_coredns, until_healthy,
@@ -262,8 +262,21 @@ async fn take_over(
                 Ok(child)
             }
             Err(outcome) => {
+                // A standby whose reload of the Corefile failed keeps its placeholder and is not
+                // healthy in time: here that means a Corefile CoreDNS refuses as much as an exit.
                 let mut serving = settings.clone();
-                if !fall_back(&mut serving, &outcome, &last_words) {
+                let fell_back = match &outcome {
+                    Outcome::StartTimedOut { last_error } => switch_to_fallback(
+                        &mut serving,
+                        &format!(
+                            "the spare's CoreDNS was not healthy with {} in time: {last_error}",
+                            settings.corefile.display()
+                        ),
+                        &last_words,
+                    ),
+                    other => fall_back(&mut serving, other, &last_words),
+                };
+                if !fell_back {
                     return Ok(Err(outcome));
                 }
                 let mut child = start_coredns(&serving, &last_words)?;

@@ -235,7 +235,10 @@ impl Lab {
             .collect();
         let fallback_path = self.write("Corefile.fallback", &render::corefile::render_fallback(&goal)?)?;
         env.insert("LOCALDNS_COREFILE".into(), corefile_path.display().to_string());
-        env.insert("LOCALDNS_FALLBACK_COREFILE".into(), fallback_path.display().to_string());
+        env.insert(
+            "LOCALDNS_FALLBACK_COREFILE".into(),
+            fallback_path.display().to_string(),
+        );
         env.insert("LOCALDNS_COREDNS".into(), self.coredns.display().to_string());
         for (k, v) in extra {
             env.insert((*k).into(), (*v).into());
