@@ -3,9 +3,10 @@
 //! (`LOCALDNS_FALLBACK_COREFILE`, both listeners forwarding) so that names keep resolving, and
 //! says it is degraded, and why, in every status line until it ends. The full Corefile is tried
 //! again at the next start of the unit (the agent restarts it whenever it writes a new Corefile).
-//! A CoreDNS that is only slow to become healthy (the start timeout; a loaded or emulated CPU) is
-//! not taken for a refused Corefile: the supervisor ends as before and systemd starts the unit
-//! again with the full Corefile.
+//! A CoreDNS that is only slow to become healthy (the start timeout; a loaded or emulated CPU), or
+//! killed by a signal (SIGKILL, the OOM killer at the slice's limit), is not taken for a refused
+//! Corefile: the supervisor ends as before and systemd starts the unit again with the full
+//! Corefile.
 
 use super::last_words::LastWords;
 use super::run::Outcome;
@@ -17,10 +18,17 @@ use super::{Settings, notify};
 /// itself failing) changes nothing.
 pub fn fall_back(serving: &mut Settings, outcome: &Outcome, last_words: &LastWords) -> bool {
     let failure = match outcome {
-        Outcome::CoreDnsExited(status) => {
+        // An exit with a code is CoreDNS's own (a Corefile it refuses exits 1); a death by a
+        // signal (SIGKILL, the OOM killer at the slice's limit) says nothing about the Corefile.
+        Outcome::CoreDnsExited(status) if status.code().is_some() => {
             format!("CoreDNS refused {} ({status})", serving.corefile.display())
         }
-        Outcome::StartTimedOut { .. } | Outcome::Stopped | Outcome::GaveUp { .. } => return false,
+        Outcome::CoreDnsExited(_)
+        | Outcome::StartTimedOut { .. }
+        | Outcome::Stopped
+        | Outcome::GaveUp { .. } => {
+            return false;
+        }
     };
     switch_to_fallback(serving, &failure, last_words)
 }
@@ -74,6 +82,7 @@ mod tests {
 
     #[test]
     fn a_refused_corefile_switches_to_the_fallback_once_and_says_why() {
+        let _held = notify::TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         let mut serving = settings(Some("/etc/Corefile.fallback"));
         let words = LastWords::default();
         let exited = Outcome::CoreDnsExited(ExitStatus::from_raw(1 << 8));
@@ -82,6 +91,9 @@ mod tests {
             last_error: "GET /ready: no answer".into(),
         };
         assert!(!fall_back(&mut serving, &slow, &words));
+        // Killed by a signal (the OOM killer) is not a refusal.
+        let killed = Outcome::CoreDnsExited(ExitStatus::from_raw(9));
+        assert!(!fall_back(&mut serving, &killed, &words));
         assert!(fall_back(&mut serving, &exited, &words));
         assert_eq!(serving.corefile, PathBuf::from("/etc/Corefile.fallback"));
         let why = notify::degraded().unwrap();

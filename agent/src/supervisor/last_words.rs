@@ -3,24 +3,50 @@
 //! on to the supervisor's own standard error, so the journal keeps it as before.
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::ChildStderr;
+use tokio::task::JoinHandle;
 
-/// The last non-empty line of the CoreDNS processes it was given ([`LastWords::pass_on`]).
+/// How long [`LastWords::settle`] waits for the stream of a CoreDNS that exited to be read to its
+/// end.
+const SETTLE: Duration = Duration::from_secs(1);
+
+/// The last non-empty line of the CoreDNS processes it was given ([`LastWords::follow`]).
 #[derive(Clone, Debug, Default)]
-pub struct LastWords(Arc<Mutex<String>>);
+pub struct LastWords {
+    last: Arc<Mutex<String>>,
+    /// The task reading the latest CoreDNS's stream.
+    reader: Arc<Mutex<Option<JoinHandle<()>>>>,
+}
 
 impl LastWords {
+    /// Reads `stderr` in a task of its own ([`LastWords::pass_on`]), the latest one followed.
+    pub fn follow(&self, stderr: ChildStderr) {
+        let task = tokio::spawn(self.clone().pass_on(stderr));
+        *self.reader.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
+    }
+
+    /// Waits (up to a second) until the stream of the CoreDNS followed last is read to its end:
+    /// once it exited, what it said last before is then kept. The reader task runs beside the
+    /// one that saw the exit, so without this the last line could still be in the pipe.
+    pub async fn settle(&self) {
+        let task = self.reader.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(task) = task {
+            let _ = tokio::time::timeout(SETTLE, task).await;
+        }
+    }
+
     /// The last line seen, cleared.
     pub fn take(&self) -> String {
-        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+        std::mem::take(&mut *self.last.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     fn keep(&self, line: &str) {
         let line = line.trim();
         if !line.is_empty() {
-            *self.0.lock().unwrap_or_else(|e| e.into_inner()) = line.to_owned();
+            *self.last.lock().unwrap_or_else(|e| e.into_inner()) = line.to_owned();
         }
     }
 
@@ -47,9 +73,9 @@ mod tests {
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        words.clone().pass_on(stderr).await;
+        words.follow(child.stderr.take().unwrap());
         child.wait().await.unwrap();
+        words.settle().await;
         assert_eq!(words.take(), "plugin/cache: bad");
         assert_eq!(words.take(), "");
     }

@@ -25,6 +25,8 @@ const COREDNS_TIMEOUT: Duration = Duration::from_secs(2);
 const COREDNS_BODY_LIMIT: usize = 8 << 20;
 /// The pause before a failed bind is tried again.
 const BIND_RETRY: Duration = Duration::from_secs(5);
+/// The pause after a failed accept.
+const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 /// The text format's content type.
 const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -46,8 +48,14 @@ pub fn spawn(settings: &Settings, tally: SharedTally) {
         };
         tracing::info!(%address, coredns = ?settings.coredns_metrics_address, "serving metrics");
         loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
+            let stream = match listener.accept().await {
+                Ok((stream, _)) => stream,
+                Err(err) => {
+                    // Out of descriptors, say: not a loop that takes the supervisor's thread.
+                    tracing::debug!(%err, "accepting a metrics connection");
+                    tokio::time::sleep(ACCEPT_RETRY).await;
+                    continue;
+                }
             };
             let (settings, tally) = (settings.clone(), tally.clone());
             tokio::spawn(async move {

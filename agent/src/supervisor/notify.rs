@@ -36,6 +36,11 @@ fn send(states: &[NotifyState]) {
     }
 }
 
+/// Held by unit tests that set or read [`DEGRADED`], so that tests run as threads of one process
+/// (`cargo test`) do not see each other's.
+#[cfg(test)]
+pub(crate) static TEST_LOCK: Mutex<()> = Mutex::new(());
+
 /// `READY=1` with a status line.
 pub fn ready(status: &str) {
     send(&[NotifyState::Ready, NotifyState::Status(&status_line(status))]);
@@ -70,6 +75,7 @@ mod tests {
 
     #[test]
     fn a_degraded_supervisor_says_so_first_in_every_status_line() {
+        let _held = TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         assert_eq!(status_line("CoreDNS healthy"), "CoreDNS healthy");
         set_degraded(Some("CoreDNS refused /etc/Corefile: plugin/cache: bad".into()));
         assert_eq!(

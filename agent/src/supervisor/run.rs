@@ -126,7 +126,7 @@ pub(super) fn start_coredns(settings: &Settings, last_words: &LastWords) -> Resu
         source,
     })?;
     if let Some(stderr) = child.stderr.take() {
-        tokio::spawn(last_words.clone().pass_on(stderr));
+        last_words.follow(stderr);
     }
     Ok(child)
 }
@@ -278,11 +278,14 @@ pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
     let took = loop {
         match until_healthy(&mut child, &serving, serving.start_timeout, &mut term, &mut int).await? {
             Ok(took) => break took,
-            Err(outcome) if fall_back(&mut serving, &outcome, &last_words) => {
+            Err(outcome) => {
+                last_words.settle().await;
+                if !fall_back(&mut serving, &outcome, &last_words) {
+                    return Ok(outcome);
+                }
                 update(&tally, |t| t.serving = serving.corefile.clone());
                 child = start_coredns(&serving, &last_words)?;
             }
-            Err(outcome) => return Ok(outcome),
         }
     };
     let status = format!(
@@ -323,6 +326,9 @@ pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
                 // A check in flight asked the CoreDNS that is gone.
                 checking = None;
                 let mut taken_over = standby.take_over(&serving).await;
+                if taken_over.is_some() {
+                    update(&tally, |t| t.standby_ready = false);
+                }
                 let how = if taken_over.is_some() { "the standby takes over" } else { "starting it again" };
                 tracing::error!(%status, restarts, "CoreDNS exited; {how}");
                 notify::status(&format!("CoreDNS exited ({status}); {how} (restart {restarts})"));
@@ -360,11 +366,13 @@ pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
                             tracing::warn!(%status, failed_starts, "CoreDNS exited again before it was healthy; starting it again");
                             tokio::time::sleep(RESTART_BACKOFF * failed_starts).await;
                         }
-                        Err(outcome) if fall_back(&mut serving, &outcome, &last_words) => {
-                            update(&tally, |t| t.serving = serving.corefile.clone());
-                            failed_starts = 0;
-                        }
                         Err(outcome) => {
+                            last_words.settle().await;
+                            if fall_back(&mut serving, &outcome, &last_words) {
+                                update(&tally, |t| t.serving = serving.corefile.clone());
+                                failed_starts = 0;
+                                continue;
+                            }
                             // The spare takes over while this supervisor ends.
                             drop(alive.take());
                             standby.stop().await;

@@ -197,6 +197,8 @@ pub async fn keep_spare(
                             let answered = s.since.elapsed();
                             tracing::info!(?answered, "{HANDS_BACK}");
                             stop_coredns(&mut s.child).await?;
+                            // What it served, fallback or not, no longer serves.
+                            notify::set_degraded(None);
                             standby.resume();
                         } else {
                             tracing::info!("{CONNECTED}");
@@ -221,6 +223,7 @@ pub async fn keep_spare(
                 let status = status.map_err(SuperviseError::Wait)?;
                 tracing::error!(%status, "the spare's CoreDNS exited while it answered; DNS waits for localdns.service");
                 serving = None;
+                notify::set_degraded(None);
                 standby.resume();
             }
         }
@@ -264,6 +267,7 @@ async fn take_over(
             Err(outcome) => {
                 // A standby whose reload of the Corefile failed keeps its placeholder and is not
                 // healthy in time: here that means a Corefile CoreDNS refuses as much as an exit.
+                last_words.settle().await;
                 let mut serving = settings.clone();
                 let fell_back = match &outcome {
                     Outcome::StartTimedOut { last_error } => switch_to_fallback(
