@@ -13,10 +13,10 @@ use super::run::Outcome;
 use super::{Settings, notify};
 
 /// When `outcome` is CoreDNS exiting before it served `serving.corefile` and there is a fallback
-/// not served yet: switches `serving` to the fallback, logs and sets the degraded status, and
-/// returns true. Otherwise (stopped on purpose, not healthy in time, no fallback, the fallback
+/// not served yet: switches `serving` to the fallback, logs and sets the degraded status (quoting
+/// CoreDNS's last words, read to their end first), and returns true. Otherwise (stopped on purpose, not healthy in time, no fallback, the fallback
 /// itself failing) changes nothing.
-pub fn fall_back(serving: &mut Settings, outcome: &Outcome, last_words: &LastWords) -> bool {
+pub async fn fall_back(serving: &mut Settings, outcome: &Outcome, last_words: &LastWords) -> bool {
     let failure = match outcome {
         // An exit with a code is CoreDNS's own (a Corefile it refuses exits 1); a death by a
         // signal (SIGKILL, the OOM killer at the slice's limit) says nothing about the Corefile.
@@ -30,19 +30,20 @@ pub fn fall_back(serving: &mut Settings, outcome: &Outcome, last_words: &LastWor
             return false;
         }
     };
-    switch_to_fallback(serving, &failure, last_words)
+    switch_to_fallback(serving, &failure, last_words).await
 }
 
 /// Switches `serving` to the fallback because of `failure` (with CoreDNS's last words, if it
 /// said any), logs it and sets the degraded status; false, changing nothing, when there is no
 /// fallback or it serves already.
-pub fn switch_to_fallback(serving: &mut Settings, failure: &str, last_words: &LastWords) -> bool {
+pub async fn switch_to_fallback(serving: &mut Settings, failure: &str, last_words: &LastWords) -> bool {
     let Some(fallback) = serving.fallback_corefile.clone() else {
         return false;
     };
     if serving.corefile == fallback {
         return false;
     }
+    last_words.settle().await;
     let said = last_words.take();
     let why = if said.is_empty() {
         format!("serving the fallback Corefile: {failure}")
@@ -80,21 +81,23 @@ mod tests {
         Settings::from_vars(vars, None).unwrap()
     }
 
-    #[test]
-    fn a_refused_corefile_switches_to_the_fallback_once_and_says_why() {
+    // The lock only keeps other tests off the process-wide flag; nothing else takes it.
+    #[allow(clippy::await_holding_lock)]
+    #[tokio::test]
+    async fn a_refused_corefile_switches_to_the_fallback_once_and_says_why() {
         let _held = notify::TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         let mut serving = settings(Some("/etc/Corefile.fallback"));
         let words = LastWords::default();
         let exited = Outcome::CoreDnsExited(ExitStatus::from_raw(1 << 8));
-        assert!(!fall_back(&mut serving, &Outcome::Stopped, &words));
+        assert!(!fall_back(&mut serving, &Outcome::Stopped, &words).await);
         let slow = Outcome::StartTimedOut {
             last_error: "GET /ready: no answer".into(),
         };
-        assert!(!fall_back(&mut serving, &slow, &words));
+        assert!(!fall_back(&mut serving, &slow, &words).await);
         // Killed by a signal (the OOM killer) is not a refusal.
         let killed = Outcome::CoreDnsExited(ExitStatus::from_raw(9));
-        assert!(!fall_back(&mut serving, &killed, &words));
-        assert!(fall_back(&mut serving, &exited, &words));
+        assert!(!fall_back(&mut serving, &killed, &words).await);
+        assert!(fall_back(&mut serving, &exited, &words).await);
         assert_eq!(serving.corefile, PathBuf::from("/etc/Corefile.fallback"));
         let why = notify::degraded().unwrap();
         assert!(
@@ -102,11 +105,11 @@ mod tests {
             "{why}"
         );
         // The fallback failing too is not answered by itself.
-        assert!(!fall_back(&mut serving, &exited, &words));
+        assert!(!fall_back(&mut serving, &exited, &words).await);
         notify::set_degraded(None);
 
         let mut without = settings(None);
-        assert!(!fall_back(&mut without, &exited, &words));
+        assert!(!fall_back(&mut without, &exited, &words).await);
         assert_eq!(without.corefile, PathBuf::from("/etc/Corefile"));
     }
 }

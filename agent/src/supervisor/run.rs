@@ -279,8 +279,7 @@ pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
         match until_healthy(&mut child, &serving, serving.start_timeout, &mut term, &mut int).await? {
             Ok(took) => break took,
             Err(outcome) => {
-                last_words.settle().await;
-                if !fall_back(&mut serving, &outcome, &last_words) {
+                if !fall_back(&mut serving, &outcome, &last_words).await {
                     return Ok(outcome);
                 }
                 update(&tally, |t| t.serving = serving.corefile.clone());
@@ -367,8 +366,7 @@ pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
                             tokio::time::sleep(RESTART_BACKOFF * failed_starts).await;
                         }
                         Err(outcome) => {
-                            last_words.settle().await;
-                            if fall_back(&mut serving, &outcome, &last_words) {
+                            if fall_back(&mut serving, &outcome, &last_words).await {
                                 update(&tally, |t| t.serving = serving.corefile.clone());
                                 failed_starts = 0;
                                 continue;

@@ -267,18 +267,20 @@ async fn take_over(
             Err(outcome) => {
                 // A standby whose reload of the Corefile failed keeps its placeholder and is not
                 // healthy in time: here that means a Corefile CoreDNS refuses as much as an exit.
-                last_words.settle().await;
                 let mut serving = settings.clone();
                 let fell_back = match &outcome {
-                    Outcome::StartTimedOut { last_error } => switch_to_fallback(
-                        &mut serving,
-                        &format!(
-                            "the spare's CoreDNS was not healthy with {} in time: {last_error}",
-                            settings.corefile.display()
-                        ),
-                        &last_words,
-                    ),
-                    other => fall_back(&mut serving, other, &last_words),
+                    Outcome::StartTimedOut { last_error } => {
+                        switch_to_fallback(
+                            &mut serving,
+                            &format!(
+                                "the spare's CoreDNS was not healthy with {} in time: {last_error}",
+                                settings.corefile.display()
+                            ),
+                            &last_words,
+                        )
+                        .await
+                    }
+                    other => fall_back(&mut serving, other, &last_words).await,
                 };
                 if !fell_back {
                     return Ok(Err(outcome));
