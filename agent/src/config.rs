@@ -193,6 +193,71 @@ pub struct LocalDnsConfig {
     pub corefile_template: Option<String>,
     #[serde(rename = "NOTRACKReplies", default, skip_serializing_if = "Option::is_none")]
     pub notrack_replies: Option<bool>,
+    /// Settings by zone of the node listener (`"."` or a domain → its settings).
+    #[serde(
+        rename = "NodeListenerOverrides",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub node_listener_overrides: Option<BTreeMap<String, ZoneOverrideConfig>>,
+    /// Settings by zone of the cluster listener.
+    #[serde(
+        rename = "ClusterListenerOverrides",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cluster_listener_overrides: Option<BTreeMap<String, ZoneOverrideConfig>>,
+}
+
+/// The settings of one zone of a listener (docs/configuration.md, "Zones"); absent fields take
+/// the listener's defaults. The names are AKS LocalDNS's `LocalDNSOverride` fields.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct ZoneOverrideConfig {
+    /// `Error` (default: only errors are logged) or `Log` (every query).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query_logging: Option<String>,
+    /// `ForceTCP` (default) or `PreferUDP`: how CoreDNS asks the zone's servers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<String>,
+    /// `Upstreams` (the node's resolvers) or `ClusterDNS` (`Cluster.ClusterDNS`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forward_destination: Option<String>,
+    /// `Sequential` (default), `RoundRobin` or `Random`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forward_policy: Option<String>,
+    /// Most queries forwarded at once (default 1000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_concurrent: Option<i64>,
+    /// Longest time an answer is cached (default 30); 0 turns the cache off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_duration_in_seconds: Option<i64>,
+    /// Most positive answers cached (default 9984).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_success_capacity: Option<i64>,
+    /// Longest time a positive answer is cached, below `CacheDurationInSeconds`.
+    #[serde(
+        rename = "CacheSuccessTTLInSeconds",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cache_success_ttl_in_seconds: Option<i64>,
+    /// Most negative answers (NXDOMAIN, NODATA) cached (default 9984).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_denial_capacity: Option<i64>,
+    /// Longest time a negative answer is cached, below `CacheDurationInSeconds`.
+    #[serde(
+        rename = "CacheDenialTTLInSeconds",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cache_denial_ttl_in_seconds: Option<i64>,
+    /// `Verify` (default), `Immediate` or `Disable`: expired answers served when the servers fail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serve_stale: Option<String>,
+    /// How long past expiry an answer may be served stale (default 3600).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serve_stale_duration_in_seconds: Option<i64>,
 }
 
 /// RFC 7396 JSON merge patch, as node configs and tests apply it over a config: objects merge

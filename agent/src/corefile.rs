@@ -8,6 +8,8 @@ use std::net::{IpAddr, Ipv4Addr};
 use minijinja::{Environment, UndefinedBehavior, syntax::SyntaxConfig};
 use serde::Serialize;
 
+use crate::zones::{Listener, ZoneBlock, default_zones};
+
 /// The built-in Corefile template.
 pub const BUILTIN_TEMPLATE: &str = include_str!("Corefile.j2");
 /// The fallback's template: what the supervisor serves when CoreDNS refuses the Corefile (both
@@ -80,16 +82,29 @@ pub struct TemplateContext {
     pub ready_port: u16,
     pub coredns_version: String,
     pub required_plugins: Vec<String>,
+    /// The node listener's zones (`NodeListenerOverrides`), the root zone first.
+    pub node_zones: Vec<ZoneBlock>,
+    /// The cluster listener's zones (`ClusterListenerOverrides`), the root zone first.
+    pub cluster_zones: Vec<ZoneBlock>,
 }
 
 impl TemplateContext {
     /// Example values, for checking a template before a host is known.
     fn sample() -> Self {
+        let (upstreams, cluster_dns) = (vec!["192.0.2.53".to_string()], "10.96.0.10");
+        let zones = |listener| {
+            default_zones(listener)
+                .iter()
+                .map(|z| z.block(&upstreams, cluster_dns))
+                .collect()
+        };
         TemplateContext {
+            node_zones: zones(Listener::Node),
+            cluster_zones: zones(Listener::Cluster),
             node_listener: "169.254.10.10".into(),
             cluster_listener: "169.254.10.11".into(),
-            cluster_dns: "10.96.0.10".into(),
-            upstreams: vec!["192.0.2.53".into()],
+            cluster_dns: cluster_dns.into(),
+            upstreams: upstreams.clone(),
             metrics_address: COREDNS_METRICS_ADDRESS.into(),
             health_name: HEALTH_NAME,
             ready_port: READY_PORT,
@@ -570,7 +585,7 @@ mod tests {
     #[test]
     fn validation_refuses_a_template_that_would_open_the_resolver_or_blind_the_supervisor() {
         let open = BUILTIN_TEMPLATE.replace(
-            "bind {{ node_listener }}\n    forward",
+            "bind {{ listener }}\n    forward",
             "bind 0.0.0.0\n    forward",
         );
         assert!(

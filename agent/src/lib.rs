@@ -31,3 +31,4 @@ pub mod start;
 pub mod supervisor;
 pub mod test_binary;
 pub mod validate;
+pub mod zones;

@@ -1,7 +1,8 @@
 //! Rendered Corefiles run in the real CoreDNS: in a fresh network namespace
 //! (listener and metrics addresses on `lo`), `/ready` answers `OK` on each
 //! listener, the health name answers rcode 0 on each, and the metrics address
-//! serves CoreDNS metrics; so does the fallback Corefile the supervisor serves
+//! serves CoreDNS metrics, and a query is logged exactly where a zone's
+//! `QueryLogging` says; so does the fallback Corefile the supervisor serves
 //! when CoreDNS refuses the rendered one.
 //!
 //! Needs root (`unshare --net`, `ip`) and the CoreDNS binary the lab builds
@@ -107,6 +108,39 @@ fn inner(case: &str) {
         body.contains("coredns_build_info"),
         "{case}: no CoreDNS metrics on {metrics}"
     );
+    queries_are_logged_where_the_zone_says(case, &blocks, &dir.path().join("log"));
+}
+
+/// Every zone with `log` (`QueryLogging: Log`) logs a query for a name in it; the root zone of
+/// a listener whose `.` does not log does not log one.
+fn queries_are_logged_where_the_zone_says(case: &str, blocks: &[agent::corefile::ServerBlock], log: &std::path::Path) {
+    for (i, block) in blocks.iter().enumerate() {
+        let zone = block.keys[0].trim_end_matches(":53").trim_end_matches('.');
+        let Some(listener) = block.binds().first().copied() else { continue };
+        if zone == HEALTH_NAME {
+            continue;
+        }
+        let name = if zone.is_empty() { format!("probe{i}.test") } else { format!("probe{i}.{zone}") };
+        // Nothing answers behind the listeners here: the rcode does not matter, the log does.
+        let _ = dns_rcode(listener, &name, Duration::from_millis(500));
+        let logs = block.directives.iter().any(|d| d[0] == "log");
+        // The `log` plugin's line (`errors` names a failed query too, in its own words).
+        let line = format!("\"A IN {name}. udp");
+        let deadline = Instant::now() + Duration::from_secs(if logs { 10 } else { 2 });
+        let seen = loop {
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            if text.contains(&line) || Instant::now() > deadline {
+                break text.contains(&line);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        assert_eq!(
+            seen,
+            logs,
+            "{case}: a query for {name} on {listener} (zone `{zone}`, `log`: {logs}) logged: {seen}; CoreDNS log:\n{}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+    }
 }
 
 #[test]
@@ -121,6 +155,8 @@ fn rendered_corefiles_serve_health_ready_and_metrics_in_real_coredns() {
         "defaults",
         "custom-listeners-limits",
         "custom-template",
+        // Per-zone settings: query logging, protocol, policy, cache and serve-stale values.
+        "zone-overrides",
         // The fallback the supervisor serves when CoreDNS refuses the Corefile.
         "defaults:fallback",
         "custom-template:fallback",

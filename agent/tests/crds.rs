@@ -7,7 +7,7 @@ use std::process::Command;
 
 use agent::machina::crds::{self, REGENERATE_COMMAND};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
-    CustomResourceDefinition, JSONSchemaProps,
+    CustomResourceDefinition, JSONSchemaProps, JSONSchemaPropsOrBool,
 };
 
 fn crd_dir() -> PathBuf {
@@ -199,8 +199,34 @@ fn machine_schema_has_local_dns_with_the_config_fields_in_camel_case() {
             "requiredPlugins",
             "corefileTemplate",
             "notrackReplies",
+            "nodeListenerOverrides",
+            "clusterListenerOverrides",
         ])
     );
+    for listener in ["nodeListenerOverrides", "clusterListenerOverrides"] {
+        let zone = match at(local_dns, &[listener]).additional_properties.as_ref() {
+            Some(JSONSchemaPropsOrBool::Schema(zone)) => zone,
+            other => panic!("{listener}: a map's values need a schema, not {other:?}"),
+        };
+        assert_eq!(
+            property_names(zone),
+            BTreeSet::from([
+                "queryLogging",
+                "protocol",
+                "forwardDestination",
+                "forwardPolicy",
+                "maxConcurrent",
+                "cacheDurationInSeconds",
+                "cacheSuccessCapacity",
+                "cacheSuccessTTLInSeconds",
+                "cacheDenialCapacity",
+                "cacheDenialTTLInSeconds",
+                "serveStale",
+                "serveStaleDurationInSeconds",
+            ]),
+            "{listener}"
+        );
+    }
     assert_eq!(
         at(local_dns, &["cpuLimitInMilliCores"]).type_.as_deref(),
         Some("integer")

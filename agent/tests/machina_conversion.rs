@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use agent::config::{
     ClusterConfig, DownloadSource, DownloadsConfig, KubeletAuth, KubeletConfig, LocalDnsConfig, RawConfig,
+    ZoneOverrideConfig,
 };
 use agent::machina::convert::effective_agent_config;
 use agent::machina::machine_configuration_version::{parse_version_object_name, version_object_name};
@@ -26,6 +27,30 @@ fn full_local_dns() -> LocalDnsConfig {
         required_plugins: Some(vec!["hosts".into(), "rewrite".into()]),
         corefile_template: Some(".:53 {\n    bind {{ node_listener }}\n}\n".into()),
         notrack_replies: Some(false),
+        node_listener_overrides: Some(BTreeMap::from([(
+            "example.com".into(),
+            ZoneOverrideConfig {
+                query_logging: Some("Log".into()),
+                forward_destination: Some("ClusterDNS".into()),
+                cache_success_ttl_in_seconds: Some(20),
+                serve_stale: Some("Immediate".into()),
+                ..Default::default()
+            },
+        )])),
+        cluster_listener_overrides: Some(BTreeMap::from([(
+            ".".into(),
+            ZoneOverrideConfig {
+                protocol: Some("PreferUDP".into()),
+                forward_policy: Some("RoundRobin".into()),
+                max_concurrent: Some(50),
+                cache_duration_in_seconds: Some(60),
+                cache_success_capacity: Some(100),
+                cache_denial_capacity: Some(200),
+                cache_denial_ttl_in_seconds: Some(5),
+                serve_stale_duration_in_seconds: Some(600),
+                ..Default::default()
+            },
+        )])),
     }
 }
 
@@ -245,6 +270,22 @@ spec:
       requiredPlugins: [hosts, rewrite]
       corefileTemplate: ".:53 {\n    bind {{ node_listener }}\n}\n"
       notrackReplies: false
+      nodeListenerOverrides:
+        example.com:
+          queryLogging: Log
+          forwardDestination: ClusterDNS
+          cacheSuccessTTLInSeconds: 20
+          serveStale: Immediate
+      clusterListenerOverrides:
+        ".":
+          protocol: PreferUDP
+          forwardPolicy: RoundRobin
+          maxConcurrent: 50
+          cacheDurationInSeconds: 60
+          cacheSuccessCapacity: 100
+          cacheDenialCapacity: 200
+          cacheDenialTTLInSeconds: 5
+          serveStaleDurationInSeconds: 600
     downloads:
       coreDNS:
         url: "http://192.168.101.1:8080/coredns_{version}_linux_{arch}.tgz"
@@ -275,12 +316,14 @@ spec:
         keys,
         [
             "clusterListenerIP",
+            "clusterListenerOverrides",
             "corefileTemplate",
             "cpuLimitInMilliCores",
             "enabled",
             "memoryLimitInMB",
             "metricsAddress",
             "nodeListenerIP",
+            "nodeListenerOverrides",
             "notrackReplies",
             "requiredPlugins",
         ]
@@ -348,10 +391,10 @@ fn local_dns_strategy() -> impl Strategy<Value = LocalDnsConfig> {
             opt(any::<i64>()),
             opt(prop::collection::vec("[a-z_-]{1,8}", 0..4)),
         ),
-        (opt(".{0,40}"), opt(any::<bool>())),
+        (opt(".{0,40}"), opt(any::<bool>()), opt(zones_strategy()), opt(zones_strategy())),
     )
         .prop_map(
-            |((enabled, node, cluster, metrics), (cpu, mem, plugins), (template, notrack))| LocalDnsConfig {
+            |((enabled, node, cluster, metrics), (cpu, mem, plugins), (template, notrack, node_zones, cluster_zones))| LocalDnsConfig {
                 enabled,
                 node_listener_ip: node,
                 cluster_listener_ip: cluster,
@@ -361,8 +404,35 @@ fn local_dns_strategy() -> impl Strategy<Value = LocalDnsConfig> {
                 required_plugins: plugins,
                 corefile_template: template,
                 notrack_replies: notrack,
+                node_listener_overrides: node_zones,
+                cluster_listener_overrides: cluster_zones,
             },
         )
+}
+
+fn zones_strategy() -> impl Strategy<Value = BTreeMap<String, ZoneOverrideConfig>> {
+    let zone = (
+        (opt("[A-Za-z]{1,8}"), opt("[A-Za-z]{1,8}"), opt("[A-Za-z]{1,8}"), opt("[A-Za-z]{1,8}")),
+        (opt(any::<i64>()), opt(any::<i64>()), opt(any::<i64>()), opt(any::<i64>())),
+        (opt(any::<i64>()), opt(any::<i64>()), opt("[A-Za-z]{1,8}"), opt(any::<i64>())),
+    )
+        .prop_map(|((log, protocol, destination, policy), (max, duration, success, success_ttl), (denial, denial_ttl, stale, stale_for))| {
+            ZoneOverrideConfig {
+                query_logging: log,
+                protocol,
+                forward_destination: destination,
+                forward_policy: policy,
+                max_concurrent: max,
+                cache_duration_in_seconds: duration,
+                cache_success_capacity: success,
+                cache_success_ttl_in_seconds: success_ttl,
+                cache_denial_capacity: denial,
+                cache_denial_ttl_in_seconds: denial_ttl,
+                serve_stale: stale,
+                serve_stale_duration_in_seconds: stale_for,
+            }
+        });
+    prop::collection::btree_map("[a-z.]{1,12}", zone, 0..3)
 }
 
 fn download_strategy() -> impl Strategy<Value = DownloadSource> {

@@ -23,7 +23,7 @@ fn render_case(path: &Path) -> Rendered {
 
 #[test]
 fn every_case_renders_exactly_its_expected_files() {
-    check_expected_outputs(&cases_dir(), 5, "render", render_case);
+    check_expected_outputs(&cases_dir(), 6, "render", render_case);
 }
 
 #[test]

@@ -76,6 +76,10 @@ pub struct LocalDnsGoal {
     pub required_plugins: Vec<PluginName>,
     pub corefile_template: Option<String>,
     pub notrack_replies: bool,
+    /// The node listener's zones, the root zone first.
+    pub node_zones: Vec<crate::zones::Zone>,
+    /// The cluster listener's zones, the root zone first.
+    pub cluster_zones: Vec<crate::zones::Zone>,
     /// The host resolv.conf without `nameserver` lines and blank lines.
     pub resolv_conf_lines: Vec<String>,
 }
@@ -109,6 +113,8 @@ pub fn resolve(config: &Config, facts: &HostFacts, slot: Slot) -> Result<Goal, G
                 required_plugins: l.required_plugins.clone(),
                 corefile_template: l.corefile_template.clone(),
                 notrack_replies: l.notrack_replies,
+                node_zones: l.node_zones.clone(),
+                cluster_zones: l.cluster_zones.clone(),
                 resolv_conf_lines: resolv_conf_without_nameservers(&facts.host_resolv_conf),
             })
         }

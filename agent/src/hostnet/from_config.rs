@@ -39,6 +39,8 @@ pub fn nft_script(config: &Config, l: &LocalDns) -> String {
         required_plugins: l.required_plugins.clone(),
         corefile_template: None,
         notrack_replies: l.notrack_replies,
+        node_zones: l.node_zones.clone(),
+        cluster_zones: l.cluster_zones.clone(),
         resolv_conf_lines: Vec::new(),
     };
     host::nft_script(&goal)

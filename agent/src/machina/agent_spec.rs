@@ -5,6 +5,8 @@
 //! `CoreDNS.BaseURL` → `coreDNS.baseURL`). Every field is optional: an absent field leaves the
 //! agent config's value (or the spec's default) in place. The agent validates the values.
 
+use std::collections::BTreeMap;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -62,6 +64,72 @@ pub struct LocalDnsSpec {
     /// Also exempt the listeners' replies from connection tracking (default true).
     #[serde(rename = "notrackReplies", default, skip_serializing_if = "Option::is_none")]
     pub notrack_replies: Option<bool>,
+    /// Settings by zone of the node listener: `.` or a domain → its settings. Replaces the agent
+    /// config's map whole.
+    #[serde(
+        rename = "nodeListenerOverrides",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub node_listener_overrides: Option<BTreeMap<String, ZoneOverrideSpec>>,
+    /// Settings by zone of the cluster listener, likewise.
+    #[serde(
+        rename = "clusterListenerOverrides",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cluster_listener_overrides: Option<BTreeMap<String, ZoneOverrideSpec>>,
+}
+
+/// The settings of one zone of a listener (agent config `LocalDNS.*ListenerOverrides.<zone>`);
+/// absent fields take the listener's defaults.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ZoneOverrideSpec {
+    /// `Error` (default: only errors are logged) or `Log` (a line per query).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query_logging: Option<String>,
+    /// `ForceTCP` (default) or `PreferUDP`: how CoreDNS asks the zone's servers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<String>,
+    /// `Upstreams` (the node's resolvers) or `ClusterDNS` (the cluster's DNS service).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forward_destination: Option<String>,
+    /// `Sequential` (default), `RoundRobin` or `Random`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forward_policy: Option<String>,
+    /// Most queries forwarded at once (default 1000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_concurrent: Option<i64>,
+    /// Longest time an answer is cached, in seconds (default 30); 0 turns the cache off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_duration_in_seconds: Option<i64>,
+    /// Most positive answers cached (default 9984).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_success_capacity: Option<i64>,
+    /// Longest time a positive answer is cached, at most `cacheDurationInSeconds`.
+    #[serde(
+        rename = "cacheSuccessTTLInSeconds",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cache_success_ttl_in_seconds: Option<i64>,
+    /// Most negative answers cached (default 9984).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_denial_capacity: Option<i64>,
+    /// Longest time a negative answer is cached, at most `cacheDurationInSeconds`.
+    #[serde(
+        rename = "cacheDenialTTLInSeconds",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cache_denial_ttl_in_seconds: Option<i64>,
+    /// `Verify` (default), `Immediate` or `Disable`: expired answers served when the servers fail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serve_stale: Option<String>,
+    /// How long past expiry an answer may be served stale, in seconds (default 3600).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serve_stale_duration_in_seconds: Option<i64>,
 }
 
 /// Download overrides (agent config section `Downloads`).

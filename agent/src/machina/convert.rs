@@ -18,10 +18,14 @@
 //! leaves it, node labels are merged (the spec's win). A configuration's template applies the same
 //! way, before the machine's own settings ([`effective_agent_config`]).
 
-use crate::config::{DownloadSource, DownloadsConfig, KubeletConfig, LocalDnsConfig, RawConfig};
+use std::collections::BTreeMap;
+
+use crate::config::{
+    DownloadSource, DownloadsConfig, KubeletConfig, LocalDnsConfig, RawConfig, ZoneOverrideConfig,
+};
 use crate::names::{DnsName, NameError};
 
-use super::agent_spec::{AgentDownloadsSpec, AgentSpec, DownloadSourceSpec, LocalDnsSpec};
+use super::agent_spec::{AgentDownloadsSpec, AgentSpec, DownloadSourceSpec, LocalDnsSpec, ZoneOverrideSpec};
 use super::machine::{KubernetesSpec, LocalObjectReference, Machine, MachineSpec};
 use super::machine_configuration::{MachineConfigurationKubernetes, MachineConfigurationTemplate};
 
@@ -43,14 +47,14 @@ macro_rules! mirror_fields {
         impl From<&$spec> for $config {
             fn from(spec: &$spec) -> Self {
                 let $spec { $($field),+ } = spec.clone();
-                $config { $($field),+ }
+                $config { $($field: Mirror::mirror($field)),+ }
             }
         }
 
         impl From<&$config> for $spec {
             fn from(config: &$config) -> Self {
                 let $config { $($field),+ } = config.clone();
-                $spec { $($field),+ }
+                $spec { $($field: Mirror::mirror($field)),+ }
             }
         }
 
@@ -65,6 +69,44 @@ macro_rules! mirror_fields {
     };
 }
 
+/// A field's value on the other side of [`mirror_fields`]: itself, or a map of mirrored values.
+trait Mirror<T> {
+    fn mirror(self) -> T;
+}
+
+impl<T> Mirror<T> for T {
+    fn mirror(self) -> T {
+        self
+    }
+}
+
+impl Mirror<Option<BTreeMap<String, ZoneOverrideConfig>>> for Option<BTreeMap<String, ZoneOverrideSpec>> {
+    fn mirror(self) -> Option<BTreeMap<String, ZoneOverrideConfig>> {
+        self.map(|zones| zones.iter().map(|(zone, s)| (zone.clone(), s.into())).collect())
+    }
+}
+
+impl Mirror<Option<BTreeMap<String, ZoneOverrideSpec>>> for Option<BTreeMap<String, ZoneOverrideConfig>> {
+    fn mirror(self) -> Option<BTreeMap<String, ZoneOverrideSpec>> {
+        self.map(|zones| zones.iter().map(|(zone, s)| (zone.clone(), s.into())).collect())
+    }
+}
+
+mirror_fields!(ZoneOverrideSpec <=> ZoneOverrideConfig {
+    query_logging,
+    protocol,
+    forward_destination,
+    forward_policy,
+    max_concurrent,
+    cache_duration_in_seconds,
+    cache_success_capacity,
+    cache_success_ttl_in_seconds,
+    cache_denial_capacity,
+    cache_denial_ttl_in_seconds,
+    serve_stale,
+    serve_stale_duration_in_seconds,
+});
+
 mirror_fields!(LocalDnsSpec <=> LocalDnsConfig {
     enabled,
     node_listener_ip,
@@ -75,6 +117,8 @@ mirror_fields!(LocalDnsSpec <=> LocalDnsConfig {
     required_plugins,
     corefile_template,
     notrack_replies,
+    node_listener_overrides,
+    cluster_listener_overrides,
 });
 
 mirror_fields!(DownloadSourceSpec <=> DownloadSource { url, base_url, version, sha256, allow_http });

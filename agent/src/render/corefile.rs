@@ -11,11 +11,16 @@ use crate::goal::LocalDnsGoal;
 
 /// The template's values for a goal.
 pub fn context(g: &LocalDnsGoal) -> TemplateContext {
+    let upstreams: Vec<String> = g.upstreams.iter().map(ToString::to_string).collect();
+    let cluster_dns = g.cluster_dns.to_string();
+    let blocks = |zones: &[crate::zones::Zone]| zones.iter().map(|z| z.block(&upstreams, &cluster_dns)).collect();
     TemplateContext {
+        node_zones: blocks(&g.node_zones),
+        cluster_zones: blocks(&g.cluster_zones),
         node_listener: g.node_listener.to_string(),
         cluster_listener: g.cluster_listener.to_string(),
-        cluster_dns: g.cluster_dns.to_string(),
-        upstreams: g.upstreams.iter().map(ToString::to_string).collect(),
+        cluster_dns: cluster_dns.clone(),
+        upstreams: upstreams.clone(),
         metrics_address: COREDNS_METRICS_ADDRESS.to_string(),
         health_name: HEALTH_NAME,
         ready_port: READY_PORT,

@@ -123,4 +123,8 @@ pub struct LocalDns {
     /// `CorefileTemplate`: already known to parse and to use only known variables.
     pub corefile_template: Option<String>,
     pub notrack_replies: bool,
+    /// The node listener's zones: the root zone first, then the others by name.
+    pub node_zones: Vec<crate::zones::Zone>,
+    /// The cluster listener's zones, likewise.
+    pub cluster_zones: Vec<crate::zones::Zone>,
 }

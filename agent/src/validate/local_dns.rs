@@ -9,6 +9,7 @@ use super::checked::{
 use super::problems::Problems;
 use crate::config::LocalDnsConfig;
 use crate::names::{MetricsAddress, PluginName, UnicastIpv4};
+use crate::zones::Listener;
 
 const P: &str = "LocalDNS";
 
@@ -76,7 +77,22 @@ pub fn check(
     );
     let required_plugins = plugins(raw.required_plugins.as_deref().unwrap_or_default(), problems);
 
+    let node_zones = super::zones::check(raw.node_listener_overrides.as_ref(), Listener::Node, problems);
+    let cluster_zones = super::zones::check(raw.cluster_listener_overrides.as_ref(), Listener::Cluster, problems);
+
     if let Some(t) = &raw.corefile_template {
+        // A template of its own must render the zones, or their settings would do nothing.
+        for (overrides, listener, variable) in [
+            (&raw.node_listener_overrides, Listener::Node, "node_zones"),
+            (&raw.cluster_listener_overrides, Listener::Cluster, "cluster_zones"),
+        ] {
+            if overrides.as_ref().is_some_and(|o| !o.is_empty()) && !t.contains(variable) {
+                problems.push(
+                    format!("{P}.{}", listener.field()),
+                    format!("has no effect: LocalDNS.CorefileTemplate never uses `{variable}`"),
+                );
+            }
+        }
         let path = format!("{P}.CorefileTemplate");
         if t.len() > MAX_COREFILE_TEMPLATE_BYTES {
             problems.push(
@@ -105,6 +121,8 @@ pub fn check(
         required_plugins,
         corefile_template: raw.corefile_template.clone(),
         notrack_replies: raw.notrack_replies.unwrap_or(true),
+        node_zones: node_zones?,
+        cluster_zones: cluster_zones?,
     })
 }
 

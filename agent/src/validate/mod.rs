@@ -7,6 +7,7 @@ pub mod general;
 mod load;
 mod local_dns;
 mod problems;
+mod zones;
 
 #[cfg(test)]
 pub(crate) mod tests;
