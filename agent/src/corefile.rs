@@ -584,10 +584,7 @@ mod tests {
 
     #[test]
     fn validation_refuses_a_template_that_would_open_the_resolver_or_blind_the_supervisor() {
-        let open = BUILTIN_TEMPLATE.replace(
-            "bind {{ listener }}\n    forward",
-            "bind 0.0.0.0\n    forward",
-        );
+        let open = BUILTIN_TEMPLATE.replace("bind {{ listener }}\n    forward", "bind 0.0.0.0\n    forward");
         assert!(
             matches!(check_template(&open), Err(CorefileError::BindElsewhere { .. })),
             "{open}"

@@ -204,19 +204,31 @@ mod tests {
         let block = zone.block(&["192.0.2.53".into()], "10.96.0.10");
         assert_eq!(block.name, ".");
         assert_eq!(block.forward_to, ["192.0.2.53"]);
-        assert_eq!((block.protocol, block.policy, block.max_concurrent), ("force_tcp", "sequential", 1000));
+        assert_eq!(
+            (block.protocol, block.policy, block.max_concurrent),
+            ("force_tcp", "sequential", 1000)
+        );
         let cache = block.cache.expect("the default zone caches");
-        assert_eq!((cache.ttl, cache.success.as_str(), cache.denial.as_str()), (30, "9984", "9984"));
+        assert_eq!(
+            (cache.ttl, cache.success.as_str(), cache.denial.as_str()),
+            (30, "9984", "9984")
+        );
         assert_eq!(cache.serve_stale.as_deref(), Some("3600s verify"));
         let cluster = &default_zones(Listener::Cluster)[0];
-        assert_eq!(cluster.block(&["192.0.2.53".into()], "10.96.0.10").forward_to, ["10.96.0.10"]);
+        assert_eq!(
+            cluster.block(&["192.0.2.53".into()], "10.96.0.10").forward_to,
+            ["10.96.0.10"]
+        );
     }
 
     #[test]
     fn choices_read_only_their_documented_spelling() {
         assert_eq!(Protocol::from_config("PreferUDP"), Some(Protocol::PreferUdp));
         assert_eq!(Protocol::from_config("preferudp"), None);
-        assert_eq!(ForwardPolicy::from_config("RoundRobin").map(ForwardPolicy::corefile), Some("round_robin"));
+        assert_eq!(
+            ForwardPolicy::from_config("RoundRobin").map(ForwardPolicy::corefile),
+            Some("round_robin")
+        );
         assert_eq!(ServeStale::CONFIG_VALUES, ["Verify", "Immediate", "Disable"]);
     }
 

@@ -113,14 +113,24 @@ fn inner(case: &str) {
 
 /// Every zone with `log` (`QueryLogging: Log`) logs a query for a name in it; the root zone of
 /// a listener whose `.` does not log does not log one.
-fn queries_are_logged_where_the_zone_says(case: &str, blocks: &[agent::corefile::ServerBlock], log: &std::path::Path) {
+fn queries_are_logged_where_the_zone_says(
+    case: &str,
+    blocks: &[agent::corefile::ServerBlock],
+    log: &std::path::Path,
+) {
     for (i, block) in blocks.iter().enumerate() {
         let zone = block.keys[0].trim_end_matches(":53").trim_end_matches('.');
-        let Some(listener) = block.binds().first().copied() else { continue };
+        let Some(listener) = block.binds().first().copied() else {
+            continue;
+        };
         if zone == HEALTH_NAME {
             continue;
         }
-        let name = if zone.is_empty() { format!("probe{i}.test") } else { format!("probe{i}.{zone}") };
+        let name = if zone.is_empty() {
+            format!("probe{i}.test")
+        } else {
+            format!("probe{i}.{zone}")
+        };
         // Nothing answers behind the listeners here: the rcode does not matter, the log does.
         let _ = dns_rcode(listener, &name, Duration::from_millis(500));
         let logs = block.directives.iter().any(|d| d[0] == "log");

@@ -391,10 +391,19 @@ fn local_dns_strategy() -> impl Strategy<Value = LocalDnsConfig> {
             opt(any::<i64>()),
             opt(prop::collection::vec("[a-z_-]{1,8}", 0..4)),
         ),
-        (opt(".{0,40}"), opt(any::<bool>()), opt(zones_strategy()), opt(zones_strategy())),
+        (
+            opt(".{0,40}"),
+            opt(any::<bool>()),
+            opt(zones_strategy()),
+            opt(zones_strategy()),
+        ),
     )
         .prop_map(
-            |((enabled, node, cluster, metrics), (cpu, mem, plugins), (template, notrack, node_zones, cluster_zones))| LocalDnsConfig {
+            |(
+                (enabled, node, cluster, metrics),
+                (cpu, mem, plugins),
+                (template, notrack, node_zones, cluster_zones),
+            )| LocalDnsConfig {
                 enabled,
                 node_listener_ip: node,
                 cluster_listener_ip: cluster,
@@ -412,26 +421,47 @@ fn local_dns_strategy() -> impl Strategy<Value = LocalDnsConfig> {
 
 fn zones_strategy() -> impl Strategy<Value = BTreeMap<String, ZoneOverrideConfig>> {
     let zone = (
-        (opt("[A-Za-z]{1,8}"), opt("[A-Za-z]{1,8}"), opt("[A-Za-z]{1,8}"), opt("[A-Za-z]{1,8}")),
-        (opt(any::<i64>()), opt(any::<i64>()), opt(any::<i64>()), opt(any::<i64>())),
-        (opt(any::<i64>()), opt(any::<i64>()), opt("[A-Za-z]{1,8}"), opt(any::<i64>())),
+        (
+            opt("[A-Za-z]{1,8}"),
+            opt("[A-Za-z]{1,8}"),
+            opt("[A-Za-z]{1,8}"),
+            opt("[A-Za-z]{1,8}"),
+        ),
+        (
+            opt(any::<i64>()),
+            opt(any::<i64>()),
+            opt(any::<i64>()),
+            opt(any::<i64>()),
+        ),
+        (
+            opt(any::<i64>()),
+            opt(any::<i64>()),
+            opt("[A-Za-z]{1,8}"),
+            opt(any::<i64>()),
+        ),
     )
-        .prop_map(|((log, protocol, destination, policy), (max, duration, success, success_ttl), (denial, denial_ttl, stale, stale_for))| {
-            ZoneOverrideConfig {
-                query_logging: log,
-                protocol,
-                forward_destination: destination,
-                forward_policy: policy,
-                max_concurrent: max,
-                cache_duration_in_seconds: duration,
-                cache_success_capacity: success,
-                cache_success_ttl_in_seconds: success_ttl,
-                cache_denial_capacity: denial,
-                cache_denial_ttl_in_seconds: denial_ttl,
-                serve_stale: stale,
-                serve_stale_duration_in_seconds: stale_for,
-            }
-        });
+        .prop_map(
+            |(
+                (log, protocol, destination, policy),
+                (max, duration, success, success_ttl),
+                (denial, denial_ttl, stale, stale_for),
+            )| {
+                ZoneOverrideConfig {
+                    query_logging: log,
+                    protocol,
+                    forward_destination: destination,
+                    forward_policy: policy,
+                    max_concurrent: max,
+                    cache_duration_in_seconds: duration,
+                    cache_success_capacity: success,
+                    cache_success_ttl_in_seconds: success_ttl,
+                    cache_denial_capacity: denial,
+                    cache_denial_ttl_in_seconds: denial_ttl,
+                    serve_stale: stale,
+                    serve_stale_duration_in_seconds: stale_for,
+                }
+            },
+        );
     prop::collection::btree_map("[a-z.]{1,12}", zone, 0..3)
 }
 

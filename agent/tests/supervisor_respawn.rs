@@ -12,7 +12,10 @@
 //! then ends the supervisor with CoreDNS's exit status, for systemd to restart the unit — with a
 //! standby too, whose reload of the broken Corefile fails first. With the fallback Corefile, a
 //! Corefile CoreDNS refuses — at the start, or broken while CoreDNS runs — is replaced by the
-//! fallback: both listeners answer, and every status line says degraded and why.
+//! fallback: both listeners answer, and every status line says degraded and why. A reload
+//! (SIGHUP) hands the listeners to a CoreDNS on the new Corefile under the same supervisor, every
+//! query but in-flight ones answered; one CoreDNS refuses leaves the one before serving, degraded;
+//! one that works ends the degraded state and the fallback.
 //!
 //! Needs root (a network namespace, `ip`) and CoreDNS (`harness images build`, or
 //! `$LOCALDNS_TEST_COREDNS`).
@@ -1142,4 +1145,166 @@ fn a_spare_answers_when_the_supervisor_dies_and_hands_back_when_it_is_back() {
         spare.log()
     );
     assert_eq!(held(), [(0, 0), (0, 0)], "{}", spare.log());
+}
+
+/// The defaults' rendered Corefile with every query logged on the node listener's root zone.
+fn logging_corefile() -> String {
+    let mut goal = local_dns_goal("defaults");
+    goal.node_zones[0].settings.query_logging = agent::zones::QueryLogging::Log;
+    agent::render::corefile::render(&goal).unwrap()
+}
+
+/// Asks both listeners for the health name until `stop`, a query at a time (1 s each); returns
+/// the number asked and the number unanswered.
+fn ask_until(goal: &LocalDnsGoal, stop: &std::sync::atomic::AtomicBool) -> (usize, usize) {
+    let (mut asked, mut unanswered) = (0, 0);
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        for l in [goal.node_listener.addr(), goal.cluster_listener.addr()] {
+            asked += 1;
+            if !matches!(dns_rcode(l, HEALTH_NAME, Duration::from_secs(1)), Ok(0)) {
+                unanswered += 1;
+            }
+        }
+    }
+    (asked, unanswered)
+}
+
+/// SIGHUP (`systemctl reload` under `Type=notify-reload`); returns the notification that ends it
+/// (`READY=1`), after `RELOADING=1`.
+fn reload(s: &Supervised) -> String {
+    kill(Pid::from_raw(s.supervisor.0.id() as i32), Signal::SIGHUP).unwrap();
+    s.until_notified("RELOADING=1", Duration::from_secs(10));
+    s.until_notified("READY=1", Duration::from_secs(90));
+    s.last_notified.take().unwrap_or_default()
+}
+
+#[test]
+fn a_reload_hands_the_listeners_to_a_coredns_on_the_new_corefile_under_the_same_supervisor() {
+    if let Err(err) = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET) {
+        panic!("unshare(CLONE_NEWNET) failed ({err}): this test needs root");
+    }
+    let goal = local_dns_goal("defaults");
+    Supervised::on_lo(&goal);
+    let mut s = Supervised::spawn_full(goal, Standby::On, &[], &[], None, Fallback::Rendered);
+    let before = s.coredns_pid();
+    std::fs::write(s.dir.path().join("Corefile"), logging_corefile()).unwrap();
+
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (ready, (asked, unanswered)) = std::thread::scope(|scope| {
+        let asking = scope.spawn(|| ask_until(&s.goal, &stop));
+        let ready = reload(&s);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        (ready, asking.join().unwrap())
+    });
+    eprintln!("figure: reload: {asked} queries during it, {unanswered} unanswered");
+    assert!(
+        ready.contains("STATUS=reloaded ") && !ready.contains("degraded"),
+        "READY=1 of the reload: {ready:?}\n{}",
+        s.log()
+    );
+    let after = s.coredns_pid();
+    assert_ne!(
+        after,
+        before,
+        "the same CoreDNS serves after the reload\n{}",
+        s.log()
+    );
+    assert!(
+        !Path::new(&format!("/proc/{before}/cmdline")).exists()
+            || std::fs::read_to_string(format!("/proc/{before}/stat")).is_ok_and(|st| st.contains(") Z ")),
+        "the CoreDNS before the reload ({before}) still runs\n{}",
+        s.log()
+    );
+    assert!(s.supervisor().try_wait().unwrap().is_none(), "{}", s.log());
+    // In-flight queries at the hand-over are all that may go unanswered.
+    assert!(
+        unanswered <= 2,
+        "{unanswered} of {asked} queries unanswered during the reload\n{}",
+        s.log()
+    );
+
+    // The new Corefile is in effect: the node listener logs its queries.
+    let name = "reloaded.example.test";
+    let _ = dns_rcode(s.goal.node_listener.addr(), name, Duration::from_secs(1));
+    until_logged(&s, &format!("\"A IN {name}. udp"), Duration::from_secs(10));
+    let metrics = s.scrape();
+    assert!(
+        metrics.contains("localdns_supervisor_reloads_total 1\n")
+            && metrics.contains("localdns_supervisor_reloads_refused_total 0\n"),
+        "{metrics}"
+    );
+}
+
+#[test]
+fn a_reload_coredns_refuses_leaves_the_one_before_serving_and_a_good_one_ends_the_degraded_state() {
+    if let Err(err) = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET) {
+        panic!("unshare(CLONE_NEWNET) failed ({err}): this test needs root");
+    }
+    let goal = local_dns_goal("defaults");
+    Supervised::on_lo(&goal);
+    let good = agent::render::corefile::render(&goal).unwrap();
+    let s = Supervised::spawn_full(goal, Standby::On, &[], &[], None, Fallback::Rendered);
+    let before = s.coredns_pid();
+
+    std::fs::write(s.dir.path().join("Corefile"), refused_corefile()).unwrap();
+    let ready = reload(&s);
+    assert!(
+        ready.contains("STATUS=degraded (reload refused, still serving ")
+            && ready.contains("no_such_property"),
+        "READY=1 of the refused reload: {ready:?}\n{}",
+        s.log()
+    );
+    assert_eq!(
+        s.coredns_pid(),
+        before,
+        "the CoreDNS before the refused reload should go on serving\n{}",
+        s.log()
+    );
+    assert!(s.both_answer(), "{}", s.log());
+    let metrics = s.scrape();
+    for line in [
+        "localdns_supervisor_reloads_refused_total 1\n",
+        "localdns_supervisor_degraded 1\n",
+        "localdns_supervisor_fallback 0\n",
+    ] {
+        assert!(metrics.contains(line), "{line:?} missing:\n{metrics}");
+    }
+
+    std::fs::write(s.dir.path().join("Corefile"), &good).unwrap();
+    let ready = reload(&s);
+    assert!(
+        ready.contains("STATUS=reloaded ") && !ready.contains("degraded"),
+        "READY=1 of the good reload: {ready:?}\n{}",
+        s.log()
+    );
+    assert_ne!(s.coredns_pid(), before, "{}", s.log());
+    assert!(s.scrape().contains("localdns_supervisor_degraded 0\n"));
+}
+
+#[test]
+fn a_reload_of_a_fixed_corefile_ends_the_fallback_under_the_same_supervisor() {
+    let (mut s, _) = Supervised::start_refusing(&refused_corefile(), Fallback::Rendered);
+    ensure_the_fallback_serves(&mut s);
+    let good = agent::render::corefile::render(&s.goal).unwrap();
+    std::fs::write(s.dir.path().join("Corefile"), good).unwrap();
+    let ready = reload(&s);
+    assert!(
+        ready.contains("STATUS=reloaded ") && !ready.contains("degraded"),
+        "READY=1 of the reload: {ready:?}\n{}",
+        s.log()
+    );
+    assert_eq!(
+        conf_of(s.coredns_pid()),
+        s.dir.path().join("Corefile"),
+        "{}",
+        s.log()
+    );
+    assert!(s.both_answer(), "{}", s.log());
+    assert!(s.supervisor().try_wait().unwrap().is_none(), "{}", s.log());
+    let metrics = s.scrape();
+    assert!(
+        metrics.contains("localdns_supervisor_fallback 0\n")
+            && metrics.contains("localdns_supervisor_degraded 0\n"),
+        "{metrics}"
+    );
 }

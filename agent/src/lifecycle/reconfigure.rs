@@ -24,12 +24,15 @@ pub struct Touched {
     pub host_units: bool,
     pub machine_units: bool,
     pub localdns: bool,
+    /// LocalDNS changed in its Corefile only: a reload is enough (`supervisor::reload`).
+    pub corefile_only: bool,
     pub kubelet: bool,
 }
 
 /// Sorts touched host paths of a slot whose rootfs is `rootfs` into what must reload or restart.
 pub fn touched(paths: &[PathBuf], rootfs: &Path) -> Touched {
     let mut t = Touched::default();
+    let mut localdns_besides_the_corefile = false;
     for path in paths {
         match path.strip_prefix(rootfs) {
             Ok(inside) => {
@@ -48,6 +51,7 @@ pub fn touched(paths: &[PathBuf], rootfs: &Path) -> Touched {
                     .any(|p| inside == Path::new(p))
                 {
                     t.localdns = true;
+                    localdns_besides_the_corefile |= inside != Path::new(paths::COREFILE);
                 }
                 if inside == Path::new(paths::KUBELET_CONFIG)
                     || inside == Path::new(paths::KUBELET_DROP_IN)
@@ -60,6 +64,7 @@ pub fn touched(paths: &[PathBuf], rootfs: &Path) -> Touched {
             Err(_) => {}
         }
     }
+    t.corefile_only = t.localdns && !localdns_besides_the_corefile;
     t
 }
 
@@ -212,7 +217,9 @@ pub fn run(exec: &mut Executor) -> Result<(), StartError> {
                 std::process::Command::new("systemctl").args(["start", paths::NETWORK_UNIT_NAME]),
             )?;
         }
-        if was_on && t.localdns {
+        if was_on && t.corefile_only {
+            reload_localdns(exec, &runner)?;
+        } else if was_on && t.localdns {
             localdns_restart::restart_localdns(&runner, config, exec.waits, exec.progress)?;
             exec.line("restarted localdns.service");
         } else {
@@ -237,6 +244,37 @@ pub fn run(exec: &mut Executor) -> Result<(), StartError> {
     }
     // The daemon as the new config has it (unchanged: left running).
     exec.install_daemon()?;
+    Ok(())
+}
+
+/// A new Corefile only: `systemctl reload localdns.service`, which returns once the new CoreDNS
+/// took over or was refused (`supervisor::reload`); nothing that requires the unit restarts. A
+/// refused one leaves the previous Corefile serving and the unit's status degraded, with
+/// CoreDNS's reason, as `unbounded-agent status` reports it: said here as a warning, not an error
+/// (the config is applied, as when the fallback serves at a start; fixing it is another apply).
+fn reload_localdns(exec: &Executor, runner: &MachineRunner) -> Result<(), StartError> {
+    runner.run(&[
+        "systemctl",
+        "reload",
+        crate::supervisor::restart_bridge::SERVICE_UNIT,
+    ])?;
+    let status = runner
+        .run_stdout(&[
+            "systemctl",
+            "show",
+            crate::supervisor::restart_bridge::SERVICE_UNIT,
+            "--property=StatusText",
+            "--value",
+        ])?
+        .trim()
+        .to_owned();
+    if status.starts_with(crate::supervisor::notify::DEGRADED_PREFIX) {
+        exec.line(&format!(
+            "warning: localdns.service did not take the new Corefile: {status}"
+        ));
+    } else {
+        exec.line(&format!("reloaded localdns.service: {status}"));
+    }
     Ok(())
 }
 
@@ -375,6 +413,7 @@ mod tests {
                 host_units: true,
                 machine_units: true,
                 localdns: true,
+                corefile_only: true,
                 kubelet: true
             }
         );
@@ -383,6 +422,11 @@ mod tests {
             Touched::default()
         );
         let binary = touched(&[at(paths::COREDNS_BINARY)], rootfs);
-        assert!(binary.localdns && !binary.machine_units && !binary.kubelet);
+        assert!(binary.localdns && !binary.machine_units && !binary.kubelet && !binary.corefile_only);
+        let both = touched(&[at(paths::COREFILE), at(paths::FALLBACK_COREFILE)], rootfs);
+        assert!(
+            both.localdns && !both.corefile_only,
+            "the fallback is read at a start only"
+        );
     }
 }

@@ -13,7 +13,8 @@ use crate::goal::LocalDnsGoal;
 pub fn context(g: &LocalDnsGoal) -> TemplateContext {
     let upstreams: Vec<String> = g.upstreams.iter().map(ToString::to_string).collect();
     let cluster_dns = g.cluster_dns.to_string();
-    let blocks = |zones: &[crate::zones::Zone]| zones.iter().map(|z| z.block(&upstreams, &cluster_dns)).collect();
+    let blocks =
+        |zones: &[crate::zones::Zone]| zones.iter().map(|z| z.block(&upstreams, &cluster_dns)).collect();
     TemplateContext {
         node_zones: blocks(&g.node_zones),
         cluster_zones: blocks(&g.cluster_zones),

@@ -46,6 +46,9 @@ LimitNOFILE=1048576
 /// `ExecStop=` and `ExecStartPost=` bridge any restart of the unit with `localdns-bridge.service`
 /// (`supervisor::restart_bridge`): as root (`+`), never failing the unit (`-`).
 /// `Wants=localdns-spare.service`: every start of the unit starts the spare too ([`spare_service`]).
+/// `Type=notify-reload`: `systemctl reload` sends the supervisor SIGHUP and waits until it says
+/// the new CoreDNS took over or was refused (`supervisor::reload`), with no restart of the unit or
+/// of what requires it (systemd 253 or newer in the machine).
 pub fn service() -> String {
     format!(
         "{HEADER}[Unit]
@@ -55,7 +58,7 @@ Wants={SPARE_UNIT}
 StartLimitIntervalSec=0
 
 [Service]
-Type=notify
+Type=notify-reload
 NotifyAccess=all
 EnvironmentFile={ENVIRONMENT}
 ExecStart={SUPERVISOR_BINARY}

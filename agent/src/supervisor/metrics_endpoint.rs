@@ -109,6 +109,7 @@ async fn answer(
                 ("cluster", settings.cluster_listener),
             ],
         ),
+        fallback: settings.fallback_corefile.as_ref() == Some(&tally.serving),
         degraded: super::notify::degraded().is_some(),
         coredns_metrics_up: coredns.is_some(),
         tally,

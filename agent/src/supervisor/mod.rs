@@ -9,6 +9,7 @@ pub mod metrics_endpoint;
 pub mod notify;
 pub mod oom_score;
 pub mod probe;
+pub mod reload;
 pub mod restart_bridge;
 pub mod run;
 pub mod settings;

@@ -16,6 +16,7 @@ use super::failures::{FailureWindow, Verdict};
 use super::fallback::fall_back;
 use super::last_words::LastWords;
 use super::metrics_endpoint;
+use super::reload::{self, Reloaded};
 use super::standby::{Keeper, StandbySlot};
 use super::stuck::{self, StuckWatch};
 use super::tally::{SharedTally, Tally, update};
@@ -251,6 +252,8 @@ fn listeners_bound(settings: &Settings, pid: Option<u32>) -> Result<(), String> 
 pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
     let mut term = signal(SignalKind::terminate()).map_err(SuperviseError::Signals)?;
     let mut int = signal(SignalKind::interrupt()).map_err(SuperviseError::Signals)?;
+    // SIGHUP: `systemctl reload` under `Type=notify-reload` ([`reload`]).
+    let mut hup = signal(SignalKind::hangup()).map_err(SuperviseError::Signals)?;
     if settings.watchdog_enabled {
         tracing::info!(
             "systemd watchdog on: a health check every {:?}, WATCHDOG=1 after each that passes",
@@ -264,7 +267,7 @@ pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
     }
     // What CoreDNS serves: the Corefile, or the fallback once CoreDNS refused it ([`fall_back`]).
     let mut serving = settings.clone();
-    let last_words = LastWords::default();
+    let mut last_words = LastWords::default();
     let tally: SharedTally = std::sync::Arc::new(std::sync::Mutex::new(Tally {
         serving: serving.corefile.clone(),
         ..Tally::default()
@@ -387,6 +390,24 @@ pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
                 standby.wake(settings, |corefile| spawn_coredns(&settings.coredns, corefile, Stdio::piped(), Stdio::inherit())).await;
             }
             _ = alive::accept_some(&mut alive) => {}
+            _ = hup.recv() => {
+                // A check in flight may ask the CoreDNS that stops.
+                checking = None;
+                match reload::reload(&mut child, &mut serving, &mut last_words, settings, &mut term, &mut int).await? {
+                    Reloaded::TookOver { .. } => {
+                        update(&tally, |t| {
+                            t.reloads += 1;
+                            t.serving = serving.corefile.clone();
+                        });
+                        failed_in_a_row = 0;
+                        stuck_watch.reset();
+                        notify::watchdog();
+                    }
+                    Reloaded::Refused { .. } => update(&tally, |t| t.reloads_refused += 1),
+                    Reloaded::Stopped(_) => return stopped_on_purpose(&mut child, &mut standby, alive.take()).await,
+                }
+                next_check = tokio::time::Instant::now() + settings.check_interval;
+            }
             _ = term.recv() => return stopped_on_purpose(&mut child, &mut standby, alive.take()).await,
             _ = int.recv() => return stopped_on_purpose(&mut child, &mut standby, alive.take()).await,
             _ = sleep_until_some(next_look), if next_look.is_some() => {

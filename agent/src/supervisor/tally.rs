@@ -24,6 +24,10 @@ pub struct Tally {
     pub last_recovery: Option<Duration>,
     /// A standby CoreDNS is ready to take over.
     pub standby_ready: bool,
+    /// Reloads (`systemctl reload localdns`) whose new CoreDNS took over.
+    pub reloads: u64,
+    /// Reloads whose new CoreDNS refused the Corefile (the one before went on serving).
+    pub reloads_refused: u64,
     /// The Corefile CoreDNS serves (the fallback while degraded): its `forward` lines name the
     /// upstreams in use.
     pub serving: std::path::PathBuf,
@@ -52,7 +56,9 @@ pub fn upstreams_in(corefile: &str, listeners: [(&'static str, Ipv4Addr); 2]) ->
             }
             for directive in block.directives.iter().filter(|d| d[0] == "forward") {
                 for to in directive.iter().skip(2).take_while(|w| *w != "{") {
-                    out.push((name, to.clone()));
+                    if !out.iter().any(|(n, t)| *n == name && t == to) {
+                        out.push((name, to.clone()));
+                    }
                 }
             }
         }
@@ -65,6 +71,8 @@ pub fn upstreams_in(corefile: &str, listeners: [(&'static str, Ipv4Addr); 2]) ->
 pub struct Snapshot {
     pub tally: Tally,
     /// The fallback Corefile serves (CoreDNS refused the Corefile).
+    pub fallback: bool,
+    /// The status says degraded: the fallback serves, or a reload was refused.
     pub degraded: bool,
     pub upstreams: Vec<(&'static str, String)>,
     /// CoreDNS's own endpoint answered this scrape.
@@ -139,7 +147,28 @@ impl Snapshot {
             "localdns_supervisor_fallback",
             "gauge",
             "1 when CoreDNS refused the Corefile and the fallback Corefile serves (degraded).",
+            &one(flag(self.fallback)),
+        );
+        series(
+            &mut out,
+            "localdns_supervisor_degraded",
+            "gauge",
+            "1 while the status says degraded: the fallback serves, or CoreDNS refused a reloaded Corefile.",
             &one(flag(self.degraded)),
+        );
+        series(
+            &mut out,
+            "localdns_supervisor_reloads_total",
+            "counter",
+            "Reloads whose new CoreDNS took over.",
+            &one(t.reloads as f64),
+        );
+        series(
+            &mut out,
+            "localdns_supervisor_reloads_refused_total",
+            "counter",
+            "Reloads whose new CoreDNS refused the Corefile (the one before went on serving).",
+            &one(t.reloads_refused as f64),
         );
         let upstreams: Vec<(String, f64)> = self
             .upstreams
@@ -180,14 +209,17 @@ mod tests {
     fn the_upstreams_are_read_per_listener_from_the_forward_lines() {
         let corefile = "health.example:53 {\n    bind 169.254.10.10 169.254.10.11\n    whoami\n}\n\
             .:53 {\n    bind 169.254.10.10\n    forward . 192.168.100.1 192.168.100.2 {\n        force_tcp\n    }\n}\n\
-            .:53 {\n    bind 169.254.10.11\n    forward . 10.96.0.10\n}\n";
+            .:53 {\n    bind 169.254.10.11\n    forward . 10.96.0.10\n}\n\
+            example.org:53 {\n    bind 169.254.10.10\n    forward . 192.168.100.2 10.96.0.10\n}\n";
         assert_eq!(
             upstreams_in(corefile, [("node", NODE), ("cluster", CLUSTER)]),
             [
                 ("node", "192.168.100.1".to_string()),
                 ("node", "192.168.100.2".to_string()),
-                ("cluster", "10.96.0.10".to_string())
-            ]
+                ("cluster", "10.96.0.10".to_string()),
+                ("node", "10.96.0.10".to_string()),
+            ],
+            "each pair once, in the order first seen"
         );
         assert!(upstreams_in("not { a corefile", [("node", NODE), ("cluster", CLUSTER)]).is_empty());
     }
@@ -201,8 +233,11 @@ mod tests {
                 hung_killed: 1,
                 last_recovery: Some(Duration::from_millis(1500)),
                 standby_ready: true,
+                reloads: 4,
+                reloads_refused: 5,
                 serving: "/etc/Corefile".into(),
             },
+            fallback: true,
             degraded: true,
             upstreams: vec![("node", "192.168.100.1".into())],
             coredns_metrics_up: false,
@@ -216,6 +251,9 @@ mod tests {
             "localdns_supervisor_last_recovery_seconds 1.5\n",
             "localdns_supervisor_standby_ready 1\n",
             "localdns_supervisor_fallback 1\n",
+            "localdns_supervisor_degraded 1\n",
+            "localdns_supervisor_reloads_total 4\n",
+            "localdns_supervisor_reloads_refused_total 5\n",
             "localdns_supervisor_upstream_info{listener=\"node\",upstream=\"192.168.100.1\"} 1\n",
             "localdns_supervisor_coredns_metrics_up 0\n",
         ] {
@@ -223,6 +261,7 @@ mod tests {
         }
         let fresh = Snapshot {
             tally: Tally::default(),
+            fallback: false,
             degraded: false,
             upstreams: Vec::new(),
             coredns_metrics_up: true,

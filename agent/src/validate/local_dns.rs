@@ -78,13 +78,21 @@ pub fn check(
     let required_plugins = plugins(raw.required_plugins.as_deref().unwrap_or_default(), problems);
 
     let node_zones = super::zones::check(raw.node_listener_overrides.as_ref(), Listener::Node, problems);
-    let cluster_zones = super::zones::check(raw.cluster_listener_overrides.as_ref(), Listener::Cluster, problems);
+    let cluster_zones = super::zones::check(
+        raw.cluster_listener_overrides.as_ref(),
+        Listener::Cluster,
+        problems,
+    );
 
     if let Some(t) = &raw.corefile_template {
         // A template of its own must render the zones, or their settings would do nothing.
         for (overrides, listener, variable) in [
             (&raw.node_listener_overrides, Listener::Node, "node_zones"),
-            (&raw.cluster_listener_overrides, Listener::Cluster, "cluster_zones"),
+            (
+                &raw.cluster_listener_overrides,
+                Listener::Cluster,
+                "cluster_zones",
+            ),
         ] {
             if overrides.as_ref().is_some_and(|o| !o.is_empty()) && !t.contains(variable) {
                 problems.push(

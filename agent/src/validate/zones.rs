@@ -53,7 +53,10 @@ pub fn check(
             }
             root = settings;
         } else if let Some((first, _)) = zones.get(&name) {
-            problems.push(path, format!("names the zone {name:?} again (as {first:?} before)"));
+            problems.push(
+                path,
+                format!("names the zone {name:?} again (as {first:?} before)"),
+            );
         } else if let Some(settings) = settings {
             zones.insert(name, (key.clone(), settings));
         }
@@ -65,7 +68,11 @@ pub fn check(
         name: ROOT.to_string(),
         settings: root.unwrap_or_else(|| ZoneSettings::defaults(listener)),
     }];
-    all.extend(zones.into_iter().map(|(name, (_, settings))| Zone { name, settings }));
+    all.extend(
+        zones
+            .into_iter()
+            .map(|(name, (_, settings))| Zone { name, settings }),
+    );
     Some(all)
 }
 
@@ -96,7 +103,10 @@ fn zone_name(key: &str) -> Result<String, String> {
             ));
         }
     }
-    if name == HEALTH_NAME || name.ends_with(&format!(".{HEALTH_NAME}")) || HEALTH_NAME.ends_with(&format!(".{name}")) {
+    if name == HEALTH_NAME
+        || name.ends_with(&format!(".{HEALTH_NAME}"))
+        || HEALTH_NAME.ends_with(&format!(".{name}"))
+    {
         return Err(format!(
             "overlaps {HEALTH_NAME}, the name the supervisor checks both listeners with"
         ));
@@ -114,8 +124,20 @@ fn zone_settings(
     let before = problems.0.len();
     let mut s = ZoneSettings::defaults(listener);
     let mut p = Check { path, problems };
-    p.choice(&raw.query_logging, "QueryLogging", QueryLogging::from_config, QueryLogging::CONFIG_VALUES, &mut s.query_logging);
-    p.choice(&raw.protocol, "Protocol", Protocol::from_config, Protocol::CONFIG_VALUES, &mut s.protocol);
+    p.choice(
+        &raw.query_logging,
+        "QueryLogging",
+        QueryLogging::from_config,
+        QueryLogging::CONFIG_VALUES,
+        &mut s.query_logging,
+    );
+    p.choice(
+        &raw.protocol,
+        "Protocol",
+        Protocol::from_config,
+        Protocol::CONFIG_VALUES,
+        &mut s.protocol,
+    );
     p.choice(
         &raw.forward_destination,
         "ForwardDestination",
@@ -123,12 +145,48 @@ fn zone_settings(
         ForwardDestination::CONFIG_VALUES,
         &mut s.forward_destination,
     );
-    p.choice(&raw.forward_policy, "ForwardPolicy", ForwardPolicy::from_config, ForwardPolicy::CONFIG_VALUES, &mut s.forward_policy);
-    p.choice(&raw.serve_stale, "ServeStale", ServeStale::from_config, ServeStale::CONFIG_VALUES, &mut s.serve_stale);
-    p.number(raw.max_concurrent, "MaxConcurrent", 1, MAX_CONCURRENT, &mut s.max_concurrent);
-    p.number(raw.cache_duration_in_seconds, "CacheDurationInSeconds", 0, MAX_SECONDS, &mut s.cache_duration_seconds);
-    p.number(raw.cache_success_capacity, "CacheSuccessCapacity", 1, MAX_CAPACITY, &mut s.cache_success_capacity);
-    p.number(raw.cache_denial_capacity, "CacheDenialCapacity", 1, MAX_CAPACITY, &mut s.cache_denial_capacity);
+    p.choice(
+        &raw.forward_policy,
+        "ForwardPolicy",
+        ForwardPolicy::from_config,
+        ForwardPolicy::CONFIG_VALUES,
+        &mut s.forward_policy,
+    );
+    p.choice(
+        &raw.serve_stale,
+        "ServeStale",
+        ServeStale::from_config,
+        ServeStale::CONFIG_VALUES,
+        &mut s.serve_stale,
+    );
+    p.number(
+        raw.max_concurrent,
+        "MaxConcurrent",
+        1,
+        MAX_CONCURRENT,
+        &mut s.max_concurrent,
+    );
+    p.number(
+        raw.cache_duration_in_seconds,
+        "CacheDurationInSeconds",
+        0,
+        MAX_SECONDS,
+        &mut s.cache_duration_seconds,
+    );
+    p.number(
+        raw.cache_success_capacity,
+        "CacheSuccessCapacity",
+        1,
+        MAX_CAPACITY,
+        &mut s.cache_success_capacity,
+    );
+    p.number(
+        raw.cache_denial_capacity,
+        "CacheDenialCapacity",
+        1,
+        MAX_CAPACITY,
+        &mut s.cache_denial_capacity,
+    );
     p.number(
         raw.serve_stale_duration_in_seconds,
         "ServeStaleDurationInSeconds",
@@ -137,8 +195,16 @@ fn zone_settings(
         &mut s.serve_stale_duration_seconds,
     );
     for (raw_ttl, name, target) in [
-        (raw.cache_success_ttl_in_seconds, "CacheSuccessTTLInSeconds", &mut s.cache_success_ttl_seconds),
-        (raw.cache_denial_ttl_in_seconds, "CacheDenialTTLInSeconds", &mut s.cache_denial_ttl_seconds),
+        (
+            raw.cache_success_ttl_in_seconds,
+            "CacheSuccessTTLInSeconds",
+            &mut s.cache_success_ttl_seconds,
+        ),
+        (
+            raw.cache_denial_ttl_in_seconds,
+            "CacheDenialTTLInSeconds",
+            &mut s.cache_denial_ttl_seconds,
+        ),
     ] {
         let mut ttl = 0;
         if raw_ttl.is_some() && p.number(raw_ttl, name, 1, MAX_SECONDS, &mut ttl) {
@@ -151,11 +217,20 @@ fn zone_settings(
     if s.cache_duration_seconds == 0 {
         let cache_fields = [
             (raw.cache_success_capacity.is_some(), "CacheSuccessCapacity"),
-            (raw.cache_success_ttl_in_seconds.is_some(), "CacheSuccessTTLInSeconds"),
+            (
+                raw.cache_success_ttl_in_seconds.is_some(),
+                "CacheSuccessTTLInSeconds",
+            ),
             (raw.cache_denial_capacity.is_some(), "CacheDenialCapacity"),
-            (raw.cache_denial_ttl_in_seconds.is_some(), "CacheDenialTTLInSeconds"),
+            (
+                raw.cache_denial_ttl_in_seconds.is_some(),
+                "CacheDenialTTLInSeconds",
+            ),
             (raw.serve_stale.is_some(), "ServeStale"),
-            (raw.serve_stale_duration_in_seconds.is_some(), "ServeStaleDurationInSeconds"),
+            (
+                raw.serve_stale_duration_in_seconds.is_some(),
+                "ServeStaleDurationInSeconds",
+            ),
         ];
         for (_, name) in cache_fields.iter().filter(|(set, _)| *set) {
             problems.push(
@@ -192,7 +267,14 @@ struct Check<'a> {
 
 impl Check<'_> {
     /// A setting with a fixed set of values, spelled as the docs write them.
-    fn choice<T>(&mut self, raw: &Option<String>, name: &str, parse: fn(&str) -> Option<T>, values: &[&str], target: &mut T) {
+    fn choice<T>(
+        &mut self,
+        raw: &Option<String>,
+        name: &str,
+        parse: fn(&str) -> Option<T>,
+        values: &[&str],
+        target: &mut T,
+    ) {
         let Some(s) = raw else { return };
         match parse(s) {
             Some(v) => *target = v,
@@ -226,7 +308,8 @@ mod tests {
     fn zones(json: &str, listener: Listener) -> Result<Vec<Zone>, Vec<String>> {
         let raw: BTreeMap<String, ZoneOverrideConfig> = serde_json::from_str(json).unwrap();
         let mut problems = Problems::default();
-        check(Some(&raw), listener, &mut problems).ok_or_else(|| problems.0.iter().map(ToString::to_string).collect())
+        check(Some(&raw), listener, &mut problems)
+            .ok_or_else(|| problems.0.iter().map(ToString::to_string).collect())
     }
 
     #[test]
@@ -244,16 +327,29 @@ mod tests {
             Listener::Node,
         )
         .unwrap();
-        assert_eq!(zones.iter().map(|z| z.name.as_str()).collect::<Vec<_>>(), [".", "example.com"]);
+        assert_eq!(
+            zones.iter().map(|z| z.name.as_str()).collect::<Vec<_>>(),
+            [".", "example.com"]
+        );
         let root = &zones[0].settings;
-        assert_eq!((root.protocol, root.forward_policy, root.cache_duration_seconds), (Protocol::PreferUdp, ForwardPolicy::Random, 0));
+        assert_eq!(
+            (root.protocol, root.forward_policy, root.cache_duration_seconds),
+            (Protocol::PreferUdp, ForwardPolicy::Random, 0)
+        );
         assert_eq!(root.forward_destination, ForwardDestination::Upstreams);
         let example = &zones[1].settings;
         assert_eq!(
-            (example.query_logging, example.forward_destination, example.max_concurrent),
+            (
+                example.query_logging,
+                example.forward_destination,
+                example.max_concurrent
+            ),
             (QueryLogging::Log, ForwardDestination::ClusterDns, 50)
         );
-        assert_eq!(example.cache_duration_seconds, 30, "unset fields keep the defaults");
+        assert_eq!(
+            example.cache_duration_seconds, 30,
+            "unset fields keep the defaults"
+        );
     }
 
     #[test]
@@ -276,18 +372,30 @@ mod tests {
             format!("{p}.health-check.localdns.local: overlaps health-check.localdns.local"),
             format!("{p}...ServeStale: has no effect: CacheDurationInSeconds 0"),
         ] {
-            assert!(problems.iter().any(|p| p.starts_with(&want)), "no problem starting {want:?} in {problems:#?}");
+            assert!(
+                problems.iter().any(|p| p.starts_with(&want)),
+                "no problem starting {want:?} in {problems:#?}"
+            );
         }
     }
 
     #[test]
     fn a_zone_named_twice_and_too_many_zones_are_refused() {
         let problems = zones(r#"{"example.com": {}, "EXAMPLE.com.": {}}"#, Listener::Node).unwrap_err();
-        assert!(problems.iter().any(|p| p.contains("names the zone \"example.com\" again")), "{problems:?}");
-        let many: BTreeMap<String, ZoneOverrideConfig> =
-            (0..=MAX_ZONES).map(|i| (format!("z{i}.example"), ZoneOverrideConfig::default())).collect();
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains("names the zone \"example.com\" again")),
+            "{problems:?}"
+        );
+        let many: BTreeMap<String, ZoneOverrideConfig> = (0..=MAX_ZONES)
+            .map(|i| (format!("z{i}.example"), ZoneOverrideConfig::default()))
+            .collect();
         let mut problems = Problems::default();
         assert!(check(Some(&many), Listener::Node, &mut problems).is_none());
-        assert!(problems.to_string().contains("33 zones besides `.`; at most 32"), "{problems}");
+        assert!(
+            problems.to_string().contains("33 zones besides `.`; at most 32"),
+            "{problems}"
+        );
     }
 }
