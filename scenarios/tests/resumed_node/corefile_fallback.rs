@@ -1,12 +1,16 @@
 //! The `corefile_fallback` check: a Corefile CoreDNS refuses at run time leaves names resolving.
 //! Through the Machine (`spec.agent.localDNS.corefileTemplate`), the daemon applies the built-in
 //! template with a `cache` property CoreDNS does not know (the agent's checks do not read plugin
-//! properties, CoreDNS refuses it at its start). The supervisor then serves the fallback
-//! Corefile: its unit's status line and `unbounded-agent status` say degraded, naming CoreDNS's
-//! reason; the machine, a `Default` pod and a `ClusterFirst` pod resolve through their
-//! listeners; the Node stays Ready. The built-in template set again (the daemon overlays what the
-//! Machine names, so the template is replaced, not removed), the full Corefile serves, nothing
-//! says degraded and the Node is Ready.
+//! properties, CoreDNS refuses it at its start). It changes only the Corefile, so the daemon
+//! reloads `localdns.service`: the reload's CoreDNS refuses it and the one before goes on serving
+//! — the status line says degraded ("reload refused") with CoreDNS's reason and the machine
+//! resolves. Then `localdns.service` is restarted (an operator's restart, or a host boot): its
+//! CoreDNS refuses the Corefile at the start and the supervisor serves the fallback Corefile: its
+//! status line and `unbounded-agent status` say degraded, naming CoreDNS's reason; the machine, a
+//! `Default` pod and a `ClusterFirst` pod resolve through their listeners; the Node stays Ready.
+//! The built-in template set again (the daemon overlays what the Machine names, so the template is
+//! replaced, not removed), its reload ends the fallback: the full Corefile serves, nothing says
+//! degraded and the Node is Ready.
 
 use std::net::Ipv4Addr;
 use std::time::Duration;
@@ -52,26 +56,33 @@ pub(crate) fn a_corefile_coredns_refuses_leaves_names_resolving_through_the_fall
         applied["LocalDNS"]["CorefileTemplate"].as_str() == Some(refused.as_str())
     })?;
     let slot = node.machine()?;
-    let line = until_status_line(node, &slot, "says degraded", |line| line.starts_with("degraded"))?;
+    let line = until_status_line(node, &slot, "says the reload was refused", |line| {
+        line.starts_with("degraded (reload refused")
+    })?;
     ensure!(
-        line.contains("serving the fallback Corefile") && line.contains(UNKNOWN_PROPERTY),
+        line.contains(UNKNOWN_PROPERTY),
+        "localdns.service's status line does not give CoreDNS's reason: {line:?}"
+    );
+    eprintln!("==> after the reload, localdns.service: {line}");
+    machine_resolves(node, &slot, "reload-refused", Ipv4Addr::new(10, 77, 0, 13))?;
+
+    // A start of the unit onto the refused Corefile: the fallback.
+    let (code, out) = node.machine_systemctl(&slot, "restart localdns.service")?;
+    ensure!(
+        code == Some(0),
+        "`systemctl restart localdns.service` in {slot} exited {code:?}: {out}"
+    );
+    let line = until_status_line(node, &slot, "says the fallback serves", |line| {
+        line.starts_with("degraded (serving the fallback Corefile")
+    })?;
+    ensure!(
+        line.contains(UNKNOWN_PROPERTY),
         "localdns.service's status line does not name the fallback and CoreDNS's reason: {line:?}"
     );
-    eprintln!("==> localdns.service: {line}");
+    eprintln!("==> after a restart, localdns.service: {line}");
     agent_status_says_degraded(node, true)?;
 
-    let lab_name = format!("corefile-fallback-{}.upstream.test.", std::process::id());
-    let lab_ip = Ipv4Addr::new(10, 77, 0, 11);
-    node.lab.dns().set_a(&lab_name, &[lab_ip], TTL)?;
-    let out = node
-        .vm
-        .run(&in_machine(&slot, &format!("getent ahostsv4 {lab_name}")))
-        .with_context(|| format!("resolving {lab_name} inside machine {slot} on the fallback"))?;
-    ensure!(
-        out.split_whitespace().next() == Some(lab_ip.to_string().as_str()),
-        "on the fallback, `getent ahostsv4 {lab_name}` inside {slot} should give {lab_ip}:\n{out}"
-    );
-    eprintln!("==> on the fallback, machine {slot} resolves {lab_name} -> {lab_ip}");
+    let (lab_name, lab_ip) = machine_resolves(node, &slot, "fallback", Ipv4Addr::new(10, 77, 0, 11))?;
     a_default_pod_resolves_through_the_node_listener(node, &lab_name, lab_ip)?;
     a_cluster_first_pod_resolves_the_kubernetes_service_through(node, CLUSTER_LISTENER)?;
     node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
@@ -81,14 +92,34 @@ pub(crate) fn a_corefile_coredns_refuses_leaves_names_resolving_through_the_fall
         applied["LocalDNS"]["CorefileTemplate"].as_str() == Some(BUILTIN_TEMPLATE)
     })?;
     let slot = node.machine()?;
-    let line = until_status_line(node, &slot, "says healthy, not degraded", |line| {
-        !line.starts_with("degraded") && line.contains("CoreDNS healthy")
+    let line = until_status_line(node, &slot, "says the reload ended the fallback", |line| {
+        line.starts_with("reloaded ") && line.contains("CoreDNS healthy")
     })?;
     eprintln!("==> with the built-in template again, localdns.service: {line}");
     agent_status_says_degraded(node, false)?;
-    // The next check (`dns_wiring`) has pods resolve with the full Corefile.
     node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
     Ok(())
+}
+
+/// A name set in the lab's DNS now resolves inside machine `slot` (`getent`); returns it.
+fn machine_resolves(
+    node: &JoinedNode,
+    slot: &str,
+    label: &str,
+    lab_ip: Ipv4Addr,
+) -> anyhow::Result<(String, Ipv4Addr)> {
+    let lab_name = format!("corefile-{label}-{}.upstream.test.", std::process::id());
+    node.lab.dns().set_a(&lab_name, &[lab_ip], TTL)?;
+    let out = node
+        .vm
+        .run(&in_machine(slot, &format!("getent ahostsv4 {lab_name}")))
+        .with_context(|| format!("resolving {lab_name} inside machine {slot} ({label})"))?;
+    ensure!(
+        out.split_whitespace().next() == Some(lab_ip.to_string().as_str()),
+        "{label}: `getent ahostsv4 {lab_name}` inside {slot} should give {lab_ip}:\n{out}"
+    );
+    eprintln!("==> {label}: machine {slot} resolves {lab_name} -> {lab_ip}");
+    Ok((lab_name, lab_ip))
 }
 
 /// Sets the Machine's `spec.agent.localDNS.corefileTemplate`.
