@@ -116,6 +116,14 @@ pub const NETWORK_UNIT: &str = "/etc/systemd/system/unbounded-localdns-network.s
 pub const NETWORK_UNIT_WANTS_LINK: &str =
     "/etc/systemd/system/multi-user.target.wants/unbounded-localdns-network.service";
 pub const NFT_SCRIPT: &str = "/etc/unbounded/localdns/localdns.nft";
+/// Watches the host's resolver files and runs [`UPSTREAMS_SERVICE_NAME`] when they change.
+pub const UPSTREAMS_PATH_UNIT_NAME: &str = "unbounded-localdns-upstreams.path";
+pub const UPSTREAMS_PATH_UNIT: &str = "/etc/systemd/system/unbounded-localdns-upstreams.path";
+pub const UPSTREAMS_PATH_WANTS_LINK: &str =
+    "/etc/systemd/system/paths.target.wants/unbounded-localdns-upstreams.path";
+/// `unbounded-agent localdns upstreams refresh --reload`, as a oneshot unit.
+pub const UPSTREAMS_SERVICE_NAME: &str = "unbounded-localdns-upstreams.service";
+pub const UPSTREAMS_SERVICE: &str = "/etc/systemd/system/unbounded-localdns-upstreams.service";
 
 /// `/etc/systemd/system/systemd-nspawn@<slot>.service.d/10-localdns.conf`.
 pub fn nspawn_drop_in(slot: Slot) -> String {

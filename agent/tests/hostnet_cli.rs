@@ -152,8 +152,12 @@ fn reset_removes_unit_script_drop_ins_and_enablement_below_the_root() {
     let override_conf = paths
         .unit_dir()
         .join("systemd-nspawn@kube1.service.d/override.conf");
+    let [path_unit, refresh_unit, network_unit] = paths.unit_files();
+    assert_eq!(network_unit, paths.network_unit());
     for file in [
         paths.network_unit(),
+        path_unit.clone(),
+        refresh_unit.clone(),
         paths.nft_script(),
         paths.nspawn_dropin(Slot::Kube1),
         paths.nspawn_dropin(Slot::Kube2),
@@ -168,6 +172,9 @@ fn reset_removes_unit_script_drop_ins_and_enablement_below_the_root() {
         wants.join("unbounded-localdns-network.service"),
     )
     .unwrap();
+    let paths_wants = paths.unit_dir().join("paths.target.wants");
+    std::fs::create_dir_all(&paths_wants).unwrap();
+    std::os::unix::fs::symlink(&path_unit, paths_wants.join("unbounded-localdns-upstreams.path")).unwrap();
 
     let out = agent(&[
         "localdns",
@@ -179,6 +186,8 @@ fn reset_removes_unit_script_drop_ins_and_enablement_below_the_root() {
     assert!(out.status.success(), "{}", text(&out));
     for gone in [
         paths.network_unit(),
+        path_unit,
+        refresh_unit,
         paths.nft_script(),
         paths.nspawn_dropin(Slot::Kube1),
         paths.nspawn_dropin(Slot::Kube2),
@@ -193,6 +202,10 @@ fn reset_removes_unit_script_drop_ins_and_enablement_below_the_root() {
     assert!(
         std::fs::symlink_metadata(wants.join("unbounded-localdns-network.service")).is_err(),
         "enablement link survived"
+    );
+    assert!(
+        std::fs::symlink_metadata(paths_wants.join("unbounded-localdns-upstreams.path")).is_err(),
+        "the path unit's enablement link survived"
     );
     assert!(override_conf.exists(), "someone else's drop-in must stay");
     assert!(

@@ -47,7 +47,7 @@ fn a_node_reboots_turns_localdns_off_and_on_in_place_and_survives_a_host_reboot(
     JoinedNode::run_case(&node_config(), |node| {
         let name = node.deployed.name.clone();
         node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
-        an_upstream_change_is_kept_by_a_restart_and_taken_by_a_managed_reboot(node)?;
+        an_upstream_change_is_taken_live_and_kept_by_a_restart_and_a_managed_reboot(node)?;
         a_rebuilt_agent_restarts_localdns_and_an_unchanged_one_does_not(node)?;
         // After the reboot (which restarts every container): it must survive LocalDNS off and on,
         // and run again after the host's reboot although its CNI results were left empty.
@@ -93,46 +93,46 @@ fn an_offline_node_repaves_without_a_request_to_the_artifact_server() -> anyhow:
     })
 }
 
-/// Upstreams are discovered at a managed reboot (and a repave), not at a restart (docs/design.md
-/// §3). The VM's resolver moves from the lab's upstream to its second address (the same server,
-/// whose log says which address a query arrived at): `systemctl restart localdns` keeps the node
-/// listener asking the old one; after `unbounded-agent reboot` a `Default` pod's lookup through
-/// the node listener reaches only the new one.
-fn an_upstream_change_is_kept_by_a_restart_and_taken_by_a_managed_reboot(
+/// Upstreams are taken live (docs/design.md §3): the VM's resolver moves from the lab's upstream
+/// to its second address (the same server, whose log says which address a query arrived at);
+/// `unbounded-localdns-upstreams.path` sees it and the machine's Corefile names the new one
+/// (the refresh logs old → new) without a restart of `localdns.service` (a reload: same main
+/// PID), containerd or kubelet; the machine's lookup reaches only the new address; after
+/// `systemctl restart localdns` too, and after `unbounded-agent reboot` a `Default` pod's lookup
+/// through the node listener as well. (The host's boot: [`host_reboot`].)
+fn an_upstream_change_is_taken_live_and_kept_by_a_restart_and_a_managed_reboot(
     node: &mut JoinedNode,
 ) -> anyhow::Result<()> {
     let (old, new) = (node.lab.addrs().bridge_ip(), node.lab.addrs().second_dns_ip());
-    let text = node.vm.run("cat /etc/resolv.conf")?;
+    let before = running_units(node)?;
+    move_resolver(node, old, new)?;
+    until_upstreams_are(node, new, "unbounded-localdns-upstreams.service")?;
+    let after = running_units(node)?;
     ensure!(
-        ResolvConf::parse(&text).nameservers() == [old.to_string()],
-        "the VM's resolver should be {old} before the change:\n{text}"
+        after == before,
+        "taking the new upstream restarted something: before {before:?}, after {after:?}"
     );
-    let moved: String = text
-        .lines()
-        .map(|l| match l.split_whitespace().next() {
-            Some("nameserver") => format!("nameserver {new}\n"),
-            _ => format!("{l}\n"),
-        })
-        .collect();
-    node.vm.write_file("/etc/resolv.conf", moved.as_bytes(), 0o644)?;
-    eprintln!("==> the VM's resolver moved from {old} to {new}");
+    eprintln!("==> taken live: the supervisor, containerd and kubelet run on as before");
+    machine_asks_only(
+        node,
+        "upstream-live",
+        Ipv4Addr::new(10, 77, 1, 3),
+        new,
+        "taken live",
+    )?;
 
     let (code, out) = node.machine_systemctl("kube1", "restart localdns.service")?;
     ensure!(
         code == Some(0),
         "restarting localdns.service failed ({code:?}):\n{out}"
     );
-    let kept = format!("upstream-kept-{}.lab.test.", std::process::id());
-    let kept_ip = Ipv4Addr::new(10, 77, 1, 1);
-    node.lab.dns().set_a(&kept, &[kept_ip], 300)?;
-    let answer = node
-        .vm
-        .run(&in_machine("kube1", &format!("getent ahostsv4 {kept}")))?;
-    ensure!(
-        answer.contains(&kept_ip.to_string()),
-        "the machine did not resolve {kept} through the node listener:\n{answer}"
-    );
-    ensure_only_asked(node, &kept, old, "after `systemctl restart localdns`")?;
+    machine_asks_only(
+        node,
+        "upstream-kept",
+        Ipv4Addr::new(10, 77, 1, 1),
+        new,
+        "after `systemctl restart localdns`",
+    )?;
 
     managed_reboot(node)?;
     let moved_name = format!("upstream-moved-{}.lab.test.", std::process::id());
@@ -140,6 +140,95 @@ fn an_upstream_change_is_kept_by_a_restart_and_taken_by_a_managed_reboot(
     node.lab.dns().set_a(&moved_name, &[moved_ip], 300)?;
     a_default_pod_resolves_through_the_node_listener(node, &moved_name, moved_ip)?;
     ensure_only_asked(node, &moved_name, new, "after the managed reboot")
+}
+
+/// `localdns.service`'s main PID and invocation, containerd's and kubelet's invocations in kube1.
+fn running_units(node: &JoinedNode) -> anyhow::Result<Vec<String>> {
+    let mut out = Vec::new();
+    for (unit, properties) in [
+        ("localdns.service", &["MainPID", "InvocationID"][..]),
+        ("containerd.service", &["InvocationID"][..]),
+        ("kubelet.service", &["InvocationID"][..]),
+    ] {
+        let props = unit_properties(&node.vm, Some("kube1"), unit, properties)?;
+        out.push(format!("{unit} {props:?}"));
+    }
+    Ok(out)
+}
+
+/// Writes the VM's resolv.conf with `to` in place of `from` as its nameserver.
+fn move_resolver(node: &JoinedNode, from: Ipv4Addr, to: Ipv4Addr) -> anyhow::Result<()> {
+    let text = node.vm.run("cat /etc/resolv.conf")?;
+    ensure!(
+        ResolvConf::parse(&text).nameservers() == [from.to_string()],
+        "the VM's resolver should be {from} before the change:\n{text}"
+    );
+    let moved: String = text
+        .lines()
+        .map(|l| match l.split_whitespace().next() {
+            Some("nameserver") => format!("nameserver {to}\n"),
+            _ => format!("{l}\n"),
+        })
+        .collect();
+    node.vm.write_file("/etc/resolv.conf", moved.as_bytes(), 0o644)?;
+    eprintln!("==> the VM's resolver moved from {from} to {to}");
+    Ok(())
+}
+
+/// Waits until the machine's `node-upstreams` names `upstream` alone and `unit`'s journal of
+/// this boot has the refresh's line ending in it.
+fn until_upstreams_are(node: &JoinedNode, upstream: Ipv4Addr, unit: &str) -> anyhow::Result<()> {
+    let path = format!("/var/lib/machines/kube1{}", agent::paths::NODE_UPSTREAMS);
+    let line = format!("→ {upstream}");
+    harness::wait::wait_until::<_, anyhow::Error>(
+        format!("VM {}", node.deployed.name),
+        node.deadline(2),
+        format!("{path} naming {upstream} and `{line}` in {unit}'s journal"),
+        || {
+            let file = node
+                .vm
+                .run_unchecked(&format!("cat {path}"))
+                .map(|o| o.stdout_text());
+            let journal = node
+                .vm
+                .run_unchecked(&format!("journalctl -b -u {unit} -o cat --no-pager"))
+                .map(|o| o.stdout_text());
+            match (file, journal) {
+                (Ok(file), Ok(journal)) if file.trim() == upstream.to_string() && journal.contains(&line) => {
+                    harness::wait::Attempt::Ready(())
+                }
+                (Ok(file), Ok(journal)) => harness::wait::retry(format!(
+                    "node-upstreams {:?}, journal ends {:?}",
+                    file.trim(),
+                    journal.lines().last().unwrap_or_default()
+                )),
+                (Err(err), _) | (_, Err(err)) => harness::wait::retry(err),
+            }
+        },
+    )?;
+    eprintln!("==> the machine's upstreams are {upstream} ({unit}: `... {line}`)");
+    Ok(())
+}
+
+/// The machine resolves a new lab name (`getent`) and the lab's DNS got its queries only at
+/// `server`.
+fn machine_asks_only(
+    node: &JoinedNode,
+    label: &str,
+    ip: Ipv4Addr,
+    server: Ipv4Addr,
+    when: &str,
+) -> anyhow::Result<()> {
+    let name = format!("{label}-{}.lab.test.", std::process::id());
+    node.lab.dns().set_a(&name, &[ip], 300)?;
+    let answer = node
+        .vm
+        .run(&in_machine("kube1", &format!("getent ahostsv4 {name}")))?;
+    ensure!(
+        answer.contains(&ip.to_string()),
+        "the machine did not resolve {name} through the node listener {when}:\n{answer}"
+    );
+    ensure_only_asked(node, &name, server, when)
 }
 
 /// Every query for `name` the lab's DNS server received arrived at `server`, and there was one.
@@ -319,15 +408,32 @@ fn localdns_on_in_place(node: &mut JoinedNode, sleeper: &str) -> anyhow::Result<
 /// machine starts from `machines.target`, LocalDNS is ready before kubelet, the Node is Ready,
 /// pods resolve, and a burst of pod queries leaves no conntrack entry for the listeners. The
 /// sleeper (container `sleeper`) goes down with the host as if its sandbox's CNI results had
-/// just been written when the power went (emptied), and runs again in a new sandbox.
+/// just been written when the power went (emptied), and runs again in a new sandbox. The VM's
+/// resolver moved back to the lab's first address while the upstreams' path unit was stopped
+/// (so not taken live) is taken at the boot: the network unit's refresh says so, and the
+/// machine's lookups reach only that address.
 fn host_reboot(node: &mut JoinedNode, sleeper: &str) -> anyhow::Result<()> {
     let name = node.deployed.name.clone();
     let emptied = empty_cni_results_of(node, "kube1", SLEEPER)?;
+    let (first, second) = (node.lab.addrs().bridge_ip(), node.lab.addrs().second_dns_ip());
+    node.vm.run(&format!(
+        "systemctl stop {}",
+        agent::paths::UPSTREAMS_PATH_UNIT_NAME
+    ))?;
+    move_resolver(node, second, first)?;
     let old = node_boot_id(node)?;
     node.vm.reboot().context("rebooting the VM")?;
     let new = wait_new_boot_id(node, &old)?;
     eprintln!("==> host reboot: the Node's bootID {old} -> {new}");
     node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
+    until_upstreams_are(node, first, agent::paths::NETWORK_UNIT_NAME)?;
+    machine_asks_only(
+        node,
+        "upstream-boot",
+        Ipv4Addr::new(10, 77, 1, 4),
+        first,
+        "after the host's boot",
+    )?;
     ensure_localdns_present(&node.vm, "kube1")?;
     ensure_localdns_ready_before_kubelet(&node.vm, "kube1")?;
     a_cluster_first_pod_resolves_the_kubernetes_service_through(node, CLUSTER_LISTENER)?;

@@ -1,4 +1,6 @@
-//! `unbounded-agent localdns ...`: the LocalDNS host network by hand (and from its boot-time unit).
+//! `unbounded-agent localdns ...`: the LocalDNS host network by hand (and from its boot-time unit),
+//! and the upstreams taken again from the host's resolvers (from the network unit at boot and the
+//! upstreams' path unit).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -14,6 +16,26 @@ pub enum Command {
     /// The `localdns` dummy link and the `ip unbounded_localdns` NOTRACK table.
     #[command(subcommand)]
     Network(NetworkCommand),
+    /// The node listener's upstreams (what it forwards to), from the host's resolvers.
+    #[command(subcommand)]
+    Upstreams(UpstreamsCommand),
+}
+
+#[derive(clap::Subcommand)]
+pub enum UpstreamsCommand {
+    /// Discover the upstreams again; when they changed, rewrite the active machine's Corefile and
+    /// say old → new (idempotent).
+    Refresh(RefreshArgs),
+}
+
+#[derive(clap::Args)]
+pub struct RefreshArgs {
+    /// Also reload a running `localdns.service` when the upstreams changed.
+    #[arg(long)]
+    reload: bool,
+    /// The directory the node is installed below (tests use a temporary one).
+    #[arg(long, env = "UNBOUNDED_AGENT_ROOT", default_value = "/")]
+    root: PathBuf,
 }
 
 #[derive(clap::Subcommand)]
@@ -48,7 +70,15 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
     match cmd {
         Command::Network(NetworkCommand::Apply(args)) => apply(&args),
         Command::Network(NetworkCommand::Reset(args)) => reset(&args),
+        Command::Upstreams(UpstreamsCommand::Refresh(args)) => refresh(&args),
     }
+}
+
+fn refresh(args: &RefreshArgs) -> anyhow::Result<ExitCode> {
+    let say = |line: &str| println!("{line}");
+    crate::lifecycle::upstreams_refresh::refresh(&args.root, args.reload, &say)
+        .context("cannot refresh the LocalDNS upstreams")?;
+    Ok(ExitCode::SUCCESS)
 }
 
 fn load(path: &Path) -> anyhow::Result<Config> {

@@ -13,6 +13,11 @@ use super::{LINK_NAME, TABLE_FAMILY, TABLE_NAME, nft};
 
 /// The boot-time unit that recreates link and table.
 pub use crate::paths::NETWORK_UNIT_NAME as NETWORK_UNIT;
+use crate::paths::{UPSTREAMS_PATH_UNIT_NAME, UPSTREAMS_SERVICE_NAME};
+
+/// The host units of LocalDNS, stopped, disabled and removed in this order: the path unit first
+/// (nothing then starts the refresh), the refresh, the network unit.
+const UNITS: [&str; 3] = [UPSTREAMS_PATH_UNIT_NAME, UPSTREAMS_SERVICE_NAME, NETWORK_UNIT];
 
 /// Where our files live, below a root (`/` on a real host, a temporary directory in tests).
 #[derive(Debug, Clone)]
@@ -35,6 +40,11 @@ impl ResetPaths {
 
     pub fn network_unit(&self) -> PathBuf {
         self.at(crate::paths::NETWORK_UNIT)
+    }
+
+    /// The unit files of [`UNITS`], in their order.
+    pub fn unit_files(&self) -> [PathBuf; 3] {
+        UNITS.map(|unit| self.unit_dir().join(unit))
     }
 
     pub fn nft_script(&self) -> PathBuf {
@@ -92,8 +102,8 @@ fn unit_is_unknown(err: &CommandFailed) -> bool {
         .any(|w| stderr.contains(w))
 }
 
-fn systemctl(report: &mut ResetReport, verb: &str, what: String) {
-    match exec::run(Command::new("systemctl").args([verb, NETWORK_UNIT])) {
+fn systemctl(report: &mut ResetReport, verb: &str, unit: &str, what: String) {
+    match exec::run(Command::new("systemctl").args([verb, unit])) {
         Ok(_) => report.removed.push(what),
         Err(err) if unit_is_unknown(&err) => report.already_absent.push(what),
         Err(err) => report.failed.push((what, format!("{err:#}"))),
@@ -102,8 +112,13 @@ fn systemctl(report: &mut ResetReport, verb: &str, what: String) {
 
 fn stop_and_disable(paths: &ResetPaths, report: &mut ResetReport) {
     if paths.is_live_root() && systemd_is_running() {
-        systemctl(report, "stop", format!("running unit {NETWORK_UNIT}"));
-        systemctl(report, "disable", format!("enablement of {NETWORK_UNIT}"));
+        for unit in UNITS {
+            systemctl(report, "stop", unit, format!("running unit {unit}"));
+            systemctl(report, "disable", unit, format!("enablement of {unit}"));
+            // A failed run (the refresh's) would stay listed once the file is gone; nothing to
+            // report when there is none.
+            let _ = exec::run(Command::new("systemctl").args(["reset-failed", unit]));
+        }
     }
     // What `systemctl disable` removes, also when systemd is not running (or below a test root).
     let Ok(entries) = std::fs::read_dir(paths.unit_dir()) else {
@@ -113,7 +128,9 @@ fn stop_and_disable(paths: &ResetPaths, report: &mut ResetReport) {
         let dir = entry.path();
         let name = entry.file_name().to_string_lossy().into_owned();
         if name.ends_with(".wants") || name.ends_with(".requires") {
-            remove_file(report, &dir.join(NETWORK_UNIT), false);
+            for unit in UNITS {
+                remove_file(report, &dir.join(unit), false);
+            }
         }
     }
 }
@@ -161,7 +178,8 @@ fn remove_file(report: &mut ResetReport, path: &Path, report_absent: bool) {
     }
 }
 
-/// Removes the network unit (stopped and disabled first), our nft table, the `localdns` dummy link
+/// Removes the host units (the network unit, the upstreams' path unit and refresh; stopped and
+/// disabled first), our nft table, the `localdns` dummy link
 /// (a non-dummy one is refused and left), the unit file, the nft script and the nspawn drop-ins.
 /// Never stops at the first error.
 pub fn reset(paths: &ResetPaths) -> ResetReport {
@@ -169,7 +187,9 @@ pub fn reset(paths: &ResetPaths) -> ResetReport {
     stop_and_disable(paths, &mut report);
     delete_table(&mut report);
     delete_link(&mut report);
-    remove_file(&mut report, &paths.network_unit(), true);
+    for unit_file in paths.unit_files() {
+        remove_file(&mut report, &unit_file, true);
+    }
     remove_file(&mut report, &paths.nft_script(), true);
     for slot in Slot::ALL {
         let dropin = paths.nspawn_dropin(slot);

@@ -25,6 +25,7 @@ pub use crate::progress;
 pub mod reconfigure;
 pub mod repave;
 pub mod repave_state;
+pub mod upstreams_refresh;
 pub use crate::install_state as state;
 
 use std::path::PathBuf;

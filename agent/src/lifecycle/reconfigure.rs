@@ -24,15 +24,16 @@ pub struct Touched {
     pub host_units: bool,
     pub machine_units: bool,
     pub localdns: bool,
-    /// LocalDNS changed in its Corefile only: a reload is enough (`supervisor::reload`).
-    pub corefile_only: bool,
+    /// LocalDNS changed only in files a reload takes (`supervisor::reload`): the Corefile, the
+    /// fallback Corefile (read when it is needed) and `node-upstreams` (read by no process).
+    pub reload_enough: bool,
     pub kubelet: bool,
 }
 
 /// Sorts touched host paths of a slot whose rootfs is `rootfs` into what must reload or restart.
 pub fn touched(paths: &[PathBuf], rootfs: &Path) -> Touched {
     let mut t = Touched::default();
-    let mut localdns_besides_the_corefile = false;
+    let mut localdns_beyond_a_reload = false;
     for path in paths {
         match path.strip_prefix(rootfs) {
             Ok(inside) => {
@@ -51,7 +52,10 @@ pub fn touched(paths: &[PathBuf], rootfs: &Path) -> Touched {
                     .any(|p| inside == Path::new(p))
                 {
                     t.localdns = true;
-                    localdns_besides_the_corefile |= inside != Path::new(paths::COREFILE);
+                    localdns_beyond_a_reload |=
+                        ![paths::COREFILE, paths::FALLBACK_COREFILE, paths::NODE_UPSTREAMS]
+                            .iter()
+                            .any(|p| inside == Path::new(p));
                 }
                 if inside == Path::new(paths::KUBELET_CONFIG)
                     || inside == Path::new(paths::KUBELET_DROP_IN)
@@ -64,7 +68,7 @@ pub fn touched(paths: &[PathBuf], rootfs: &Path) -> Touched {
             Err(_) => {}
         }
     }
-    t.corefile_only = t.localdns && !localdns_besides_the_corefile;
+    t.reload_enough = t.localdns && !localdns_beyond_a_reload;
     t
 }
 
@@ -217,7 +221,7 @@ pub fn run(exec: &mut Executor) -> Result<(), StartError> {
                 std::process::Command::new("systemctl").args(["start", paths::NETWORK_UNIT_NAME]),
             )?;
         }
-        if was_on && t.corefile_only {
+        if was_on && t.reload_enough {
             reload_localdns(exec, &runner)?;
         } else if was_on && t.localdns {
             localdns_restart::restart_localdns(&runner, config, exec.waits, exec.progress)?;
@@ -247,7 +251,7 @@ pub fn run(exec: &mut Executor) -> Result<(), StartError> {
     Ok(())
 }
 
-/// A new Corefile only: `systemctl reload localdns.service`, which returns once the new CoreDNS
+/// A new Corefile (its zones, template or upstreams): `systemctl reload localdns.service`, which returns once the new CoreDNS
 /// took over or was refused (`supervisor::reload`); nothing that requires the unit restarts. A
 /// refused one leaves the previous Corefile serving and the unit's status degraded, with
 /// CoreDNS's reason, as `unbounded-agent status` reports it: said here as a warning, not an error
@@ -413,7 +417,7 @@ mod tests {
                 host_units: true,
                 machine_units: true,
                 localdns: true,
-                corefile_only: true,
+                reload_enough: true,
                 kubelet: true
             }
         );
@@ -422,11 +426,23 @@ mod tests {
             Touched::default()
         );
         let binary = touched(&[at(paths::COREDNS_BINARY)], rootfs);
-        assert!(binary.localdns && !binary.machine_units && !binary.kubelet && !binary.corefile_only);
-        let both = touched(&[at(paths::COREFILE), at(paths::FALLBACK_COREFILE)], rootfs);
+        assert!(binary.localdns && !binary.machine_units && !binary.kubelet && !binary.reload_enough);
+        let upstreams = touched(
+            &[
+                at(paths::COREFILE),
+                at(paths::FALLBACK_COREFILE),
+                at(paths::NODE_UPSTREAMS),
+            ],
+            rootfs,
+        );
         assert!(
-            both.localdns && !both.corefile_only,
-            "the fallback is read at a start only"
+            upstreams.localdns && upstreams.reload_enough,
+            "new upstreams are reloaded"
+        );
+        let environment = touched(&[at(paths::COREFILE), at(paths::ENVIRONMENT)], rootfs);
+        assert!(
+            environment.localdns && !environment.reload_enough,
+            "the environment is read at a start"
         );
     }
 }

@@ -45,9 +45,18 @@ pub fn record_for(exec: &Executor, phase: Phase) -> Result<RepaveState, StartErr
 }
 
 /// True for the host files that belong to whichever slot is active: the LocalDNS network unit and
-/// its enablement (one unit, naming the slot it starts before).
+/// its enablement (one unit, naming the slot it starts before), and the upstreams' path unit,
+/// refresh and enablement (they act on the active slot).
 fn moves_at_switch(path: &Path) -> bool {
-    path == Path::new(paths::NETWORK_UNIT) || path == Path::new(paths::NETWORK_UNIT_WANTS_LINK)
+    [
+        paths::NETWORK_UNIT,
+        paths::NETWORK_UNIT_WANTS_LINK,
+        paths::UPSTREAMS_PATH_UNIT,
+        paths::UPSTREAMS_PATH_WANTS_LINK,
+        paths::UPSTREAMS_SERVICE,
+    ]
+    .iter()
+    .any(|p| path == Path::new(p))
 }
 
 fn split(rendered: Rendered, at_switch: bool) -> Rendered {

@@ -3,7 +3,7 @@
 use std::net::Ipv4Addr;
 
 use super::HEADER;
-use super::paths::{NETWORK_UNIT_NAME, applied_config};
+use super::paths::{NETWORK_UNIT_NAME, UPSTREAMS_SERVICE_NAME, applied_config};
 use super::unit_value::exec_word;
 use crate::corefile::{DNS_PORT, READY_PORT};
 use crate::goal::{Goal, LocalDnsGoal};
@@ -28,12 +28,50 @@ Before=systemd-nspawn@{slot}.service
 Type=oneshot
 RemainAfterExit=yes
 ExecStart={agent} localdns network apply --config {config}
+ExecStartPost=-{agent} localdns upstreams refresh
 
 [Install]
 WantedBy=multi-user.target
 ",
         agent = exec_word(&format!("{}/bin/unbounded-agent", goal.host_prefix)),
         config = exec_word(&applied_config(slot)),
+    )
+}
+
+/// `unbounded-localdns-upstreams.path`: the host's resolver files changed (a new DHCP lease, an
+/// edit, systemd-resolved's servers) → [`upstreams_service`].
+pub fn upstreams_path_unit() -> String {
+    format!(
+        "{HEADER}[Unit]
+Description=LocalDNS: take the host's resolvers when they change
+
+[Path]
+PathChanged=/etc/resolv.conf
+PathChanged=/run/systemd/resolve/resolv.conf
+Unit={UPSTREAMS_SERVICE_NAME}
+
+[Install]
+WantedBy=paths.target
+"
+    )
+}
+
+/// `unbounded-localdns-upstreams.service`: the upstreams discovered again and, when they changed,
+/// written into the active machine and `localdns.service` reloaded (`localdns upstreams refresh
+/// --reload`). Tried again after 15 s when it fails (another agent holds the host lock, the
+/// resolver names no usable server yet).
+pub fn upstreams_service(goal: &Goal) -> String {
+    format!(
+        "{HEADER}[Unit]
+Description=LocalDNS: the node listener's upstreams from the host's resolvers
+
+[Service]
+Type=oneshot
+ExecStart={agent} localdns upstreams refresh --reload
+Restart=on-failure
+RestartSec=15
+",
+        agent = exec_word(&format!("{}/bin/unbounded-agent", goal.host_prefix)),
     )
 }
 

@@ -168,6 +168,9 @@ pub fn render(goal: &Goal) -> Result<Rendered, RenderError> {
         b.file(Place::Host, &nspawn_drop_in(goal.slot), host::nspawn_drop_in());
         b.file(Place::Host, NFT_SCRIPT, host::nft_script(l));
         b.link(Place::Host, NETWORK_UNIT_WANTS_LINK, NETWORK_UNIT);
+        b.file(Place::Host, UPSTREAMS_PATH_UNIT, host::upstreams_path_unit());
+        b.file(Place::Host, UPSTREAMS_SERVICE, host::upstreams_service(goal));
+        b.link(Place::Host, UPSTREAMS_PATH_WANTS_LINK, UPSTREAMS_PATH_UNIT);
     }
     Ok(b.out)
 }

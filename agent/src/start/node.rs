@@ -84,6 +84,18 @@ pub fn host_network(config: &Config, p: &dyn Progress) -> Result<(), StartError>
     for line in report.to_string().lines() {
         p.line(line);
     }
+    // From now on a change of the host's resolvers reaches CoreDNS (`localdns upstreams refresh`).
+    // Left alone when running; a host without systemd (a test root) or without the unit file (an
+    // install by an agent before it) goes on without it, saying so.
+    if std::path::Path::new("/run/systemd/system").is_dir() {
+        match crate::exec::run(Command::new("systemctl").args(["start", crate::paths::UPSTREAMS_PATH_UNIT_NAME])) {
+            Ok(_) => {}
+            Err(err) => p.line(&format!(
+                "warning: {} not started ({err}); a change of the host's resolvers is taken at the next reboot or apply",
+                crate::paths::UPSTREAMS_PATH_UNIT_NAME
+            )),
+        }
+    }
     Ok(())
 }
 

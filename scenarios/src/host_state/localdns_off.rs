@@ -39,8 +39,14 @@ pub fn ensure_localdns_absent(vm: &Vm, machine: &str) -> anyhow::Result<()> {
     if tables.contains(&format!("{NFT_FAMILY} {NFT_TABLE}")) {
         leftovers.push(format!("nft table {NFT_FAMILY} {NFT_TABLE} (tables: {tables:?})"));
     }
-    if let Some(found) = unit_found(vm, None, NETWORK_UNIT)? {
-        leftovers.push(format!("host unit {NETWORK_UNIT} ({found})"));
+    for unit in [
+        NETWORK_UNIT,
+        agent::paths::UPSTREAMS_PATH_UNIT_NAME,
+        agent::paths::UPSTREAMS_SERVICE_NAME,
+    ] {
+        if let Some(found) = unit_found(vm, None, unit)? {
+            leftovers.push(format!("host unit {unit} ({found})"));
+        }
     }
     for unit in MACHINE_UNITS {
         if let Some(found) = unit_found(vm, Some(machine), unit)? {
@@ -50,6 +56,9 @@ pub fn ensure_localdns_absent(vm: &Vm, machine: &str) -> anyhow::Result<()> {
     let mut paths = vec![
         NETWORK_UNIT_FILE.to_string(),
         format!("/etc/systemd/system/multi-user.target.wants/{NETWORK_UNIT}"),
+        agent::paths::UPSTREAMS_PATH_UNIT.to_string(),
+        agent::paths::UPSTREAMS_PATH_WANTS_LINK.to_string(),
+        agent::paths::UPSTREAMS_SERVICE.to_string(),
         nspawn_drop_in(machine),
         HOST_LOCALDNS_DIR.to_string(),
     ];

@@ -41,14 +41,12 @@ pub(crate) fn a_corefile_coredns_refuses_leaves_names_resolving_through_the_fall
     node: &mut JoinedNode,
 ) -> anyhow::Result<()> {
     let name = node.deployed.name.clone();
-    let refused = BUILTIN_TEMPLATE.replacen(
-        "    cache 30 {\n",
-        &format!("    cache 30 {{\n        {UNKNOWN_PROPERTY} 1\n"),
-        1,
-    );
+    let cache = "    cache {{ zone.cache.ttl }} {\n";
+    let refused = BUILTIN_TEMPLATE.replacen(cache, &format!("{cache}        {UNKNOWN_PROPERTY} 1\n"), 1);
     ensure!(
         refused != BUILTIN_TEMPLATE,
-        "the built-in template has no `cache 30 {{` block"
+        "the built-in template has no `{}` line",
+        cache.trim()
     );
 
     set_corefile_template(node, &refused)?;
