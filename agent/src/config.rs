@@ -235,7 +235,7 @@ pub struct ZoneOverrideConfig {
     /// Most positive answers cached (default 9984).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_success_capacity: Option<i64>,
-    /// Longest time a positive answer is cached, below `CacheDurationInSeconds`.
+    /// Longest time a positive answer is cached, in place of `CacheDurationInSeconds`.
     #[serde(
         rename = "CacheSuccessTTLInSeconds",
         default,
@@ -245,7 +245,7 @@ pub struct ZoneOverrideConfig {
     /// Most negative answers (NXDOMAIN, NODATA) cached (default 9984).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_denial_capacity: Option<i64>,
-    /// Longest time a negative answer is cached, below `CacheDurationInSeconds`.
+    /// Longest time a negative answer is cached, in place of `CacheDurationInSeconds`.
     #[serde(
         rename = "CacheDenialTTLInSeconds",
         default,

@@ -151,6 +151,26 @@ pub fn check_template(template: &str) -> Result<(), CorefileError> {
     check(&render_template(template, &sample)?, &sample)
 }
 
+/// [`check_template`] with the config's own zones in place of the sample's: a template that reads
+/// a zone's `cache` must also render for a zone whose cache is off.
+pub fn check_template_with_zones(
+    template: &str,
+    node_zones: &[crate::zones::Zone],
+    cluster_zones: &[crate::zones::Zone],
+) -> Result<(), CorefileError> {
+    let mut sample = TemplateContext::sample();
+    let blocks = |zones: &[crate::zones::Zone]| {
+        zones
+            .iter()
+            .map(|z| z.block(&sample.upstreams, &sample.cluster_dns))
+            .collect::<Vec<_>>()
+    };
+    let (node, cluster) = (blocks(node_zones), blocks(cluster_zones));
+    sample.node_zones = node;
+    sample.cluster_zones = cluster;
+    check(&render_template(template, &sample)?, &sample)
+}
+
 /// The checks every rendered Corefile must pass (docs/configuration.md, "The Corefile"): every
 /// server block binds, and only the listeners of `ctx` (snippets too); one serves `prometheus` on
 /// the metrics address and none on a wildcard address; `ready` runs on both listeners; a block

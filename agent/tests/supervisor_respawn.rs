@@ -14,8 +14,9 @@
 //! Corefile CoreDNS refuses — at the start, or broken while CoreDNS runs — is replaced by the
 //! fallback: both listeners answer, and every status line says degraded and why. A reload
 //! (SIGHUP) hands the listeners to a CoreDNS on the new Corefile under the same supervisor, every
-//! query but in-flight ones answered; one CoreDNS refuses leaves the one before serving, degraded;
-//! one that works ends the degraded state and the fallback.
+//! query but in-flight ones answered; one CoreDNS refuses leaves the one before serving, degraded,
+//! also for the CoreDNS that replaces it after a crash; one that works ends the degraded state and
+//! the fallback.
 //!
 //! Needs root (a network namespace, `ip`) and CoreDNS (`harness images build`, or
 //! `$LOCALDNS_TEST_COREDNS`).
@@ -1236,14 +1237,15 @@ fn a_reload_hands_the_listeners_to_a_coredns_on_the_new_corefile_under_the_same_
 }
 
 #[test]
-fn a_reload_coredns_refuses_leaves_the_one_before_serving_and_a_good_one_ends_the_degraded_state() {
+fn a_reload_coredns_refuses_leaves_the_one_before_serving_also_after_a_crash_and_a_good_one_ends_the_degraded_state()
+ {
     if let Err(err) = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET) {
         panic!("unshare(CLONE_NEWNET) failed ({err}): this test needs root");
     }
     let goal = local_dns_goal("defaults");
     Supervised::on_lo(&goal);
     let good = agent::render::corefile::render(&goal).unwrap();
-    let s = Supervised::spawn_full(goal, Standby::On, &[], &[], None, Fallback::Rendered);
+    let mut s = Supervised::spawn_full(goal, Standby::On, &[], &[], None, Fallback::Rendered);
     let before = s.coredns_pid();
 
     std::fs::write(s.dir.path().join("Corefile"), refused_corefile()).unwrap();
@@ -1269,6 +1271,20 @@ fn a_reload_coredns_refuses_leaves_the_one_before_serving_and_a_good_one_ends_th
     ] {
         assert!(metrics.contains(line), "{line:?} missing:\n{metrics}");
     }
+
+    // A crash meanwhile: what comes back serves the Corefile before the reload, not the refused one.
+    let (killed, took) = s.kill_coredns_and_time_recovery();
+    let conf = std::fs::read_to_string(conf_of(s.coredns_pid())).unwrap();
+    assert!(
+        !conf.contains("no_such_property") && conf.contains("cache 30 {"),
+        "after CoreDNS {killed} was killed, its successor reads:\n{conf}\n{}",
+        s.log()
+    );
+    assert!(
+        took < Duration::from_secs(10),
+        "DNS back {took:?} after the kill\n{}",
+        s.log()
+    );
 
     std::fs::write(s.dir.path().join("Corefile"), &good).unwrap();
     let ready = reload(&s);

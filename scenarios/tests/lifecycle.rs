@@ -106,7 +106,12 @@ fn an_upstream_change_is_taken_live_and_kept_by_a_restart_and_a_managed_reboot(
     let (old, new) = (node.lab.addrs().bridge_ip(), node.lab.addrs().second_dns_ip());
     let before = running_units(node)?;
     move_resolver(node, old, new)?;
-    until_upstreams_are(node, new, "unbounded-localdns-upstreams.service")?;
+    until_upstreams_are(
+        node,
+        new,
+        "unbounded-localdns-upstreams.service",
+        Some("reloaded localdns.service in kube1"),
+    )?;
     let after = running_units(node)?;
     ensure!(
         after == before,
@@ -176,14 +181,24 @@ fn move_resolver(node: &JoinedNode, from: Ipv4Addr, to: Ipv4Addr) -> anyhow::Res
 }
 
 /// Waits until the machine's `node-upstreams` names `upstream` alone and `unit`'s journal of
-/// this boot has the refresh's line ending in it.
-fn until_upstreams_are(node: &JoinedNode, upstream: Ipv4Addr, unit: &str) -> anyhow::Result<()> {
+/// this boot has the refresh's line ending in it (and then `then`: the reload done).
+fn until_upstreams_are(
+    node: &JoinedNode,
+    upstream: Ipv4Addr,
+    unit: &str,
+    then: Option<&str>,
+) -> anyhow::Result<()> {
     let path = format!("/var/lib/machines/kube1{}", agent::paths::NODE_UPSTREAMS);
     let line = format!("→ {upstream}");
+    let said = |journal: &str| {
+        journal
+            .find(&line)
+            .is_some_and(|at| then.is_none_or(|then| journal[at..].contains(then)))
+    };
     harness::wait::wait_until::<_, anyhow::Error>(
         format!("VM {}", node.deployed.name),
         node.deadline(2),
-        format!("{path} naming {upstream} and `{line}` in {unit}'s journal"),
+        format!("{path} naming {upstream} and `{line}` (then {then:?}) in {unit}'s journal"),
         || {
             let file = node
                 .vm
@@ -194,7 +209,7 @@ fn until_upstreams_are(node: &JoinedNode, upstream: Ipv4Addr, unit: &str) -> any
                 .run_unchecked(&format!("journalctl -b -u {unit} -o cat --no-pager"))
                 .map(|o| o.stdout_text());
             match (file, journal) {
-                (Ok(file), Ok(journal)) if file.trim() == upstream.to_string() && journal.contains(&line) => {
+                (Ok(file), Ok(journal)) if file.trim() == upstream.to_string() && said(&journal) => {
                     harness::wait::Attempt::Ready(())
                 }
                 (Ok(file), Ok(journal)) => harness::wait::retry(format!(
@@ -426,7 +441,7 @@ fn host_reboot(node: &mut JoinedNode, sleeper: &str) -> anyhow::Result<()> {
     let new = wait_new_boot_id(node, &old)?;
     eprintln!("==> host reboot: the Node's bootID {old} -> {new}");
     node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
-    until_upstreams_are(node, first, agent::paths::NETWORK_UNIT_NAME)?;
+    until_upstreams_are(node, first, agent::paths::NETWORK_UNIT_NAME, None)?;
     machine_asks_only(
         node,
         "upstream-boot",

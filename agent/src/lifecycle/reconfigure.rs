@@ -251,15 +251,17 @@ pub fn run(exec: &mut Executor) -> Result<(), StartError> {
     Ok(())
 }
 
-/// A new Corefile (its zones, template or upstreams): `systemctl reload localdns.service`, which returns once the new CoreDNS
-/// took over or was refused (`supervisor::reload`); nothing that requires the unit restarts. A
+/// A new Corefile (its zones, template or upstreams): `systemctl reload-or-restart
+/// localdns.service`, which returns once the new CoreDNS took over or was refused
+/// (`supervisor::reload`); nothing that requires the unit restarts. A
 /// refused one leaves the previous Corefile serving and the unit's status degraded, with
 /// CoreDNS's reason, as `unbounded-agent status` reports it: said here as a warning, not an error
 /// (the config is applied, as when the fallback serves at a start; fixing it is another apply).
 fn reload_localdns(exec: &Executor, runner: &MachineRunner) -> Result<(), StartError> {
+    // A unit that is down (failed, between automatic restarts) is started instead.
     runner.run(&[
         "systemctl",
-        "reload",
+        "reload-or-restart",
         crate::supervisor::restart_bridge::SERVICE_UNIT,
     ])?;
     let status = runner

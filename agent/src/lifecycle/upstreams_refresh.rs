@@ -6,7 +6,11 @@
 //! `localdns.service` is reloaded (nothing else restarts). Run at boot
 //! by the network unit (before the machine starts) and whenever the host's resolv.conf changes by
 //! `unbounded-localdns-upstreams.path`. Changes nothing when the upstreams did not change, when
-//! LocalDNS is off, or when discovery fails (the upstreams before stay: an error says why).
+//! LocalDNS is off, while the node is not finished or an operation or repave is under way (those
+//! discover the upstreams themselves), or when discovery fails (the upstreams before stay: an
+//! error says why, and the unit tries again). `node-upstreams` is written last, so the files
+//! name the new upstreams only once all of them do; a reload that did not happen or was refused
+//! is remembered ([`RELOAD_PENDING`]) and done again by the next run.
 
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -16,13 +20,17 @@ use crate::artifact::checksum::sha256_bytes;
 use crate::files::under;
 use crate::goal::GoalError;
 use crate::goal::facts::{GatherError, HostFacts};
-use crate::install_state::{self, StateError};
+use crate::install_state::{self, Stage, StateError};
 use crate::machine::machinectl;
 use crate::machine::runner::MachineRunner;
 use crate::names::Slot;
 use crate::paths;
 use crate::progress::Progress;
 use crate::render::RenderError;
+
+/// On the host (a tmpfs: a boot starts CoreDNS afresh): the machine's files name upstreams its
+/// CoreDNS has not taken yet.
+pub const RELOAD_PENDING: &str = "/run/unbounded/localdns-reload-pending";
 
 /// Why the upstreams could not be refreshed (nothing was changed).
 #[derive(Debug, thiserror::Error)]
@@ -31,10 +39,8 @@ pub enum RefreshError {
     Lock(#[from] LockError),
     #[error(transparent)]
     State(#[from] StateError),
-    #[error("no node is installed here ({0} is absent)")]
-    NotInstalled(PathBuf),
-    #[error("`{0}` is under way; it discovers the upstreams itself")]
-    OperationUnderWay(String),
+    #[error("cannot read the repave record: {0}")]
+    RepaveState(#[from] super::repave_state::RepaveStateError),
     #[error("cannot read the applied config {path}: {source}")]
     ReadConfig {
         path: PathBuf,
@@ -61,13 +67,15 @@ pub enum RefreshError {
         #[source]
         source: crate::exec::CommandFailed,
     },
+    #[error("the upstreams are written, but localdns.service in {slot} did not take them: {status}")]
+    ReloadRefused { slot: Slot, status: String },
 }
 
 /// What a refresh found and did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refreshed {
-    /// LocalDNS is off in the applied config.
-    LocalDnsOff,
+    /// Nothing to do now, and why (no node, LocalDNS off, an operation under way).
+    Skipped(String),
     /// The upstreams are those the files name already.
     Unchanged { upstreams: Vec<Ipv4Addr> },
     /// The files now name `after` (they named `before`); `reloaded` when `localdns.service` was.
@@ -91,11 +99,22 @@ fn listed(ips: &[Ipv4Addr]) -> String {
 /// `reload`, reloads `localdns.service` when they changed and the machine runs.
 pub fn refresh(root: &Path, reload: bool, p: &dyn Progress) -> Result<Refreshed, RefreshError> {
     let _lock = lock::take(root, "localdns upstreams refresh")?;
+    let skipped = |why: &str| {
+        p.line(&format!("LocalDNS upstreams: nothing to do: {why}"));
+        Ok(Refreshed::Skipped(why.to_owned()))
+    };
     let state_path = under(root, Path::new(paths::INSTALL_STATE));
-    let mut state =
-        install_state::load(&state_path)?.ok_or_else(|| RefreshError::NotInstalled(state_path.clone()))?;
+    let Some(mut state) = install_state::load(&state_path)? else {
+        return skipped("no node is installed");
+    };
+    if state.stage != Stage::Complete {
+        return skipped("the node's install is not finished (its `start` discovers them)");
+    }
     if let Some(op) = &state.operation {
-        return Err(RefreshError::OperationUnderWay(op.kind.clone()));
+        return skipped(&format!("`{}` is under way (it discovers them)", op.kind));
+    }
+    if super::repave_state::load(&under(root, Path::new(super::repave_state::PATH)))?.is_some() {
+        return skipped("a repave is under way (it discovers them)");
     }
     let slot = state.slot;
     let config_path = under(root, Path::new(&paths::applied_config(slot)));
@@ -108,8 +127,7 @@ pub fn refresh(root: &Path, reload: bool, p: &dyn Progress) -> Result<Refreshed,
         problems: problems.to_string(),
     })?;
     if config.local_dns.is_none() {
-        p.line("LocalDNS is off: no upstreams to refresh");
-        return Ok(Refreshed::LocalDnsOff);
+        return skipped("LocalDNS is off");
     }
     let facts = HostFacts::gather(root, config.node_name.as_str())?;
     let goal = crate::goal::resolve(&config, &facts, slot)?;
@@ -119,7 +137,35 @@ pub fn refresh(root: &Path, reload: bool, p: &dyn Progress) -> Result<Refreshed,
         .expect("LocalDNS is on in the config, so in its goal");
 
     let rootfs = slot.rootfs();
-    // What the upstreams are written into: the files `start` rendered from them.
+    let at = |inside: &str| under(root, &rootfs.join(inside.trim_start_matches('/')));
+    let before: Vec<Ipv4Addr> = std::fs::read_to_string(at(paths::NODE_UPSTREAMS))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| line.trim().parse().ok())
+        .collect();
+    let pending = under(root, Path::new(RELOAD_PENDING));
+    if before == l.upstreams {
+        if reload && pending.exists() {
+            p.line(&format!(
+                "LocalDNS upstreams of {slot}: {} (written before; not taken by CoreDNS yet)",
+                listed(&before)
+            ));
+            let reloaded = reload_localdns(root, slot, &pending, p)?;
+            return Ok(Refreshed::Changed {
+                before: before.clone(),
+                after: before,
+                reloaded,
+            });
+        }
+        p.line(&format!(
+            "LocalDNS upstreams of {slot}: {} (no change)",
+            listed(&before)
+        ));
+        return Ok(Refreshed::Unchanged { upstreams: before });
+    }
+
+    // What the upstreams are written into: the files `start` rendered from them, `node-upstreams`
+    // last.
     let rendered = crate::render::render(&goal)?;
     let files: Vec<(&str, String)> = [paths::COREFILE, paths::FALLBACK_COREFILE, paths::NODE_UPSTREAMS]
         .into_iter()
@@ -132,23 +178,12 @@ pub fn refresh(root: &Path, reload: bool, p: &dyn Progress) -> Result<Refreshed,
                 .map(|f| (inside, String::from_utf8_lossy(&f.contents).into_owned()))
         })
         .collect();
-    let at = |inside: &str| under(root, &rootfs.join(inside.trim_start_matches('/')));
-    let before: Vec<Ipv4Addr> = std::fs::read_to_string(at(paths::NODE_UPSTREAMS))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|line| line.trim().parse().ok())
-        .collect();
-    let same = files
-        .iter()
-        .all(|(inside, text)| std::fs::read_to_string(at(inside)).is_ok_and(|now| now == *text));
-    if same {
-        p.line(&format!(
-            "LocalDNS upstreams of {slot}: {} (no change)",
-            listed(&l.upstreams)
-        ));
-        return Ok(Refreshed::Unchanged {
-            upstreams: l.upstreams.clone(),
-        });
+    if reload {
+        // Before the files change: a run cut short after them still reloads next time.
+        crate::files::write_atomic(&pending, b"", 0o644).map_err(|source| RefreshError::Write {
+            path: pending.clone(),
+            source,
+        })?;
     }
     for (inside, text) in &files {
         let path = at(inside);
@@ -170,31 +205,51 @@ pub fn refresh(root: &Path, reload: bool, p: &dyn Progress) -> Result<Refreshed,
         listed(&before),
         listed(&l.upstreams)
     ));
-    let mut reloaded = false;
-    if reload && root == Path::new("/") {
-        if machinectl::is_running(slot.as_str()).unwrap_or(false) {
-            MachineRunner::new(slot.as_str())
-                .run(&[
-                    "systemctl",
-                    "try-reload-or-restart",
-                    crate::supervisor::restart_bridge::SERVICE_UNIT,
-                ])
-                .map_err(|source| RefreshError::Reload { slot, source })?;
-            p.line(&format!(
-                "reloaded localdns.service in {slot}: CoreDNS forwards to the new upstreams"
-            ));
-            reloaded = true;
-        } else {
-            p.line(&format!(
-                "machine {slot} is not running: its next start reads the new upstreams"
-            ));
-        }
-    }
+    let reloaded = if reload {
+        reload_localdns(root, slot, &pending, p)?
+    } else {
+        false
+    };
     Ok(Refreshed::Changed {
         before,
         after: l.upstreams.clone(),
         reloaded,
     })
+}
+
+/// Reloads a running `localdns.service` in `slot` and reads its status: a reload its new CoreDNS
+/// refused is an error (the unit tries again). `pending` goes once CoreDNS took the files, or when
+/// the machine is not running (its next start reads them). Below another root than `/` (tests)
+/// there is no machine: nothing to reload.
+fn reload_localdns(root: &Path, slot: Slot, pending: &Path, p: &dyn Progress) -> Result<bool, RefreshError> {
+    let done = |reloaded| {
+        let _ = std::fs::remove_file(pending);
+        Ok(reloaded)
+    };
+    if root != Path::new("/") {
+        return done(false);
+    }
+    if !machinectl::is_running(slot.as_str()).unwrap_or(false) {
+        p.line(&format!(
+            "machine {slot} is not running: its next start reads the new upstreams"
+        ));
+        return done(false);
+    }
+    let unit = crate::supervisor::restart_bridge::SERVICE_UNIT;
+    let runner = MachineRunner::new(slot.as_str());
+    runner
+        .run(&["systemctl", "try-reload-or-restart", unit])
+        .map_err(|source| RefreshError::Reload { slot, source })?;
+    let status = runner
+        .run_stdout(&["systemctl", "show", unit, "--property=StatusText", "--value"])
+        .map_err(|source| RefreshError::Reload { slot, source })?
+        .trim()
+        .to_owned();
+    if status.starts_with(crate::supervisor::notify::DEGRADED_PREFIX) {
+        return Err(RefreshError::ReloadRefused { slot, status });
+    }
+    p.line(&format!("reloaded localdns.service in {slot}: {status}"));
+    done(true)
 }
 
 #[cfg(test)]
@@ -294,7 +349,7 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         assert!(matches!(
             refresh(root.path(), false, &quiet()),
-            Err(RefreshError::NotInstalled(_))
+            Ok(Refreshed::Skipped(why)) if why == "no node is installed"
         ));
         let root = node("192.0.2.1");
         let path = under(root.path(), Path::new(paths::INSTALL_STATE));
@@ -306,9 +361,56 @@ mod tests {
         });
         install_state::save(&path, &state).unwrap();
         std::fs::write(root.path().join("etc/resolv.conf"), "nameserver 192.0.2.9\n").unwrap();
-        assert!(
-            matches!(refresh(root.path(), false, &quiet()), Err(RefreshError::OperationUnderWay(kind)) if kind == "apply")
-        );
+        assert!(matches!(
+            refresh(root.path(), false, &quiet()),
+            Ok(Refreshed::Skipped(why)) if why.contains("`apply` is under way")
+        ));
         assert_eq!(machine_file(root.path(), paths::NODE_UPSTREAMS), "192.0.2.1\n");
+        // Unfinished: its `start` discovers them.
+        state.operation = None;
+        state.stage = install_state::Stage::StartingNode;
+        install_state::save(&path, &state).unwrap();
+        assert!(matches!(
+            refresh(root.path(), false, &quiet()),
+            Ok(Refreshed::Skipped(_))
+        ));
+        assert_eq!(machine_file(root.path(), paths::NODE_UPSTREAMS), "192.0.2.1\n");
+    }
+
+    #[test]
+    fn a_reload_that_did_not_happen_is_done_by_the_next_run() {
+        let root = node("192.0.2.1");
+        let pending = under(root.path(), Path::new(RELOAD_PENDING));
+        std::fs::create_dir_all(pending.parent().unwrap()).unwrap();
+        std::fs::write(&pending, "").unwrap();
+        // The files name the upstreams already; the mark says CoreDNS has not taken them.
+        let outcome = refresh(root.path(), true, &quiet()).unwrap();
+        assert!(
+            matches!(outcome, Refreshed::Changed { ref before, ref after, .. } if before == after),
+            "{outcome:?}"
+        );
+        assert!(!pending.exists(), "the mark stays after the reload");
+        assert!(matches!(
+            refresh(root.path(), true, &quiet()).unwrap(),
+            Refreshed::Unchanged { .. }
+        ));
+    }
+
+    #[test]
+    fn only_new_upstreams_rewrite_the_files() {
+        let root = node("192.0.2.1");
+        let corefile = under(
+            root.path(),
+            &Slot::Kube1.rootfs().join(paths::COREFILE.trim_start_matches('/')),
+        );
+        std::fs::write(&corefile, "# an older agent's Corefile\n").unwrap();
+        assert!(matches!(
+            refresh(root.path(), false, &quiet()).unwrap(),
+            Refreshed::Unchanged { .. }
+        ));
+        assert_eq!(
+            std::fs::read_to_string(&corefile).unwrap(),
+            "# an older agent's Corefile\n"
+        );
     }
 }

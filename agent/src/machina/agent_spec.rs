@@ -107,7 +107,7 @@ pub struct ZoneOverrideSpec {
     /// Most positive answers cached (default 9984).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_success_capacity: Option<i64>,
-    /// Longest time a positive answer is cached, at most `cacheDurationInSeconds`.
+    /// Longest time a positive answer is cached, in place of `cacheDurationInSeconds`.
     #[serde(
         rename = "cacheSuccessTTLInSeconds",
         default,
@@ -117,7 +117,7 @@ pub struct ZoneOverrideSpec {
     /// Most negative answers cached (default 9984).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_denial_capacity: Option<i64>,
-    /// Longest time a negative answer is cached, at most `cacheDurationInSeconds`.
+    /// Longest time a negative answer is cached, in place of `cacheDurationInSeconds`.
     #[serde(
         rename = "cacheDenialTTLInSeconds",
         default,

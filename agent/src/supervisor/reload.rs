@@ -4,7 +4,11 @@
 //! listeners answer throughout, and the supervisor — the unit's main process — stays, so nothing
 //! that requires the unit (containerd, kubelet) restarts. A Corefile the new CoreDNS refuses
 //! leaves the old one serving, and the status says degraded, with CoreDNS's reason, until a
-//! reload or start that works. A supervisor serving the fallback tries the full Corefile again.
+//! reload or start that works; the Corefile it serves (the one before, kept as
+//! [`LAST_GOOD`] in the runtime directory; the fallback without one) is also what a CoreDNS
+//! started after a crash serves meanwhile, not the refused one. A supervisor serving the fallback
+//! tries the full Corefile again. While the new CoreDNS starts, the watchdog is told every
+//! [`WATCHDOG_TICK`] that the old one serves, so a slow start never trips it.
 
 use std::time::Duration;
 
@@ -14,6 +18,11 @@ use tokio::signal::unix::Signal;
 use super::last_words::LastWords;
 use super::run::{Outcome, SuperviseError, start_coredns, stop_coredns, until_healthy};
 use super::{Settings, notify};
+
+/// The Corefile a refused reload leaves serving, in the runtime directory.
+pub const LAST_GOOD: &str = "Corefile.before-reload";
+/// How often `WATCHDOG=1` is sent while the new CoreDNS starts.
+const WATCHDOG_TICK: Duration = Duration::from_secs(10);
 
 /// How a reload ended.
 #[derive(Debug)]
@@ -41,13 +50,16 @@ fn reloading() {
 }
 
 /// Reloads: `child` is the CoreDNS serving `serving.corefile`, `last_words` the reader of its
-/// standard error. On [`Reloaded::TookOver`] they are the new CoreDNS's and `serving` is
-/// `settings` (the full Corefile). Ends with `READY=1` and the status line either way but
+/// standard error, `last_good` the text of the full Corefile when it last served. On
+/// [`Reloaded::TookOver`] they are the new CoreDNS's and `serving` is `settings` (the full
+/// Corefile). On [`Reloaded::Refused`] while serving the full Corefile, `serving` moves to the
+/// one before ([`keep_the_one_before`]). Ends with `READY=1` and the status line either way but
 /// [`Reloaded::Stopped`].
 pub async fn reload(
     child: &mut Child,
     serving: &mut Settings,
     last_words: &mut LastWords,
+    last_good: &mut Option<String>,
     settings: &Settings,
     term: &mut Signal,
     int: &mut Signal,
@@ -55,15 +67,28 @@ pub async fn reload(
     reloading();
     tracing::info!(corefile = %settings.corefile.display(), "reloading: a new CoreDNS beside the serving one");
     notify::status(&format!("reloading {}", settings.corefile.display()));
+    // What the new CoreDNS reads, read here too: the text that serves if it takes over.
+    let text = std::fs::read_to_string(&settings.corefile).ok();
     let words = LastWords::default();
     let mut candidate = start_coredns(settings, &words)?;
-    let outcome = until_healthy(&mut candidate, settings, settings.start_timeout, term, int).await?;
+    let outcome = {
+        let healthy = until_healthy(&mut candidate, settings, settings.start_timeout, term, int);
+        tokio::pin!(healthy);
+        let mut tick = tokio::time::interval(WATCHDOG_TICK);
+        loop {
+            tokio::select! {
+                outcome = &mut healthy => break outcome?,
+                _ = tick.tick() => notify::watchdog(),
+            }
+        }
+    };
     let reloaded = match outcome {
         Ok(took) => {
             stop_coredns(child).await?;
             *child = candidate;
             *last_words = words;
             *serving = settings.clone();
+            *last_good = text;
             notify::set_degraded(None);
             Reloaded::TookOver { took }
         }
@@ -93,6 +118,9 @@ pub async fn reload(
                 serving.corefile.display()
             );
             tracing::error!("{why}");
+            if serving.corefile == settings.corefile {
+                keep_the_one_before(serving, settings, last_good.as_deref());
+            }
             notify::set_degraded(Some(why.clone()));
             Reloaded::Refused { why }
         }
@@ -109,4 +137,28 @@ pub async fn reload(
     tracing::info!("{status}");
     notify::ready(&status);
     Ok(reloaded)
+}
+
+/// After a refused reload the Corefile file holds what CoreDNS refused, so a CoreDNS started after
+/// a crash must not read it: `serving` moves to the text that served before (`last_good`),
+/// written to [`LAST_GOOD`] in the runtime directory, or without one (the bridge) to the
+/// fallback. The CoreDNS running now is left alone.
+fn keep_the_one_before(serving: &mut Settings, settings: &Settings, last_good: Option<&str>) {
+    if let (Some(dir), Some(text)) = (&settings.standby_dir, last_good) {
+        let path = dir.join(LAST_GOOD);
+        match std::fs::write(&path, text) {
+            Ok(()) => {
+                tracing::info!(corefile = %path.display(), "a CoreDNS started after a crash serves the Corefile before the reload");
+                serving.corefile = path;
+                return;
+            }
+            Err(err) => {
+                tracing::warn!(%err, path = %path.display(), "cannot keep the Corefile before the reload")
+            }
+        }
+    }
+    if let Some(fallback) = &settings.fallback_corefile {
+        tracing::info!(corefile = %fallback.display(), "a CoreDNS started after a crash serves the fallback");
+        serving.corefile = fallback.clone();
+    }
 }

@@ -290,6 +290,10 @@ pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
             }
         }
     };
+    // The full Corefile's text while it serves: what a refused reload leaves serving.
+    let mut last_good = (serving.corefile == settings.corefile)
+        .then(|| std::fs::read_to_string(&settings.corefile).ok())
+        .flatten();
     let status = format!(
         "CoreDNS healthy on {} and {} after {took:.1?}",
         settings.node_listener, settings.cluster_listener,
@@ -393,7 +397,7 @@ pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
             _ = hup.recv() => {
                 // A check in flight may ask the CoreDNS that stops.
                 checking = None;
-                match reload::reload(&mut child, &mut serving, &mut last_words, settings, &mut term, &mut int).await? {
+                match reload::reload(&mut child, &mut serving, &mut last_words, &mut last_good, settings, &mut term, &mut int).await? {
                     Reloaded::TookOver { .. } => {
                         update(&tally, |t| {
                             t.reloads += 1;
@@ -403,7 +407,10 @@ pub async fn supervise(settings: &Settings) -> Result<Outcome, SuperviseError> {
                         stuck_watch.reset();
                         notify::watchdog();
                     }
-                    Reloaded::Refused { .. } => update(&tally, |t| t.reloads_refused += 1),
+                    Reloaded::Refused { .. } => update(&tally, |t| {
+                        t.reloads_refused += 1;
+                        t.serving = serving.corefile.clone();
+                    }),
                     Reloaded::Stopped(_) => return stopped_on_purpose(&mut child, &mut standby, alive.take()).await,
                 }
                 next_check = tokio::time::Instant::now() + settings.check_interval;

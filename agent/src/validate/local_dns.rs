@@ -112,8 +112,14 @@ pub fn check(
             );
         } else if t.trim().is_empty() {
             problems.push(path, "is empty; leave it out to use the built-in template");
-        } else if let Err(e) = crate::corefile::check_template(t) {
-            problems.push(path, e.to_string());
+        } else {
+            let checked = match (&node_zones, &cluster_zones) {
+                (Some(node), Some(cluster)) => crate::corefile::check_template_with_zones(t, node, cluster),
+                _ => crate::corefile::check_template(t),
+            };
+            if let Err(e) = checked {
+                problems.push(path, e.to_string());
+            }
         }
     }
 

@@ -333,3 +333,23 @@ fn the_daemon_token_follows_the_machine_name() {
             .is_some()
     );
 }
+
+#[test]
+fn a_custom_template_is_checked_with_the_configs_own_zones() {
+    // Reads every zone's cache, as if each had one.
+    let template = crate::corefile::BUILTIN_TEMPLATE.replace("{%- if zone.cache %}", "{%- if true %}");
+    assert!(
+        problems(json!({"LocalDNS": {"CorefileTemplate": template}})).is_empty(),
+        "with the default zones (each caching) the template is fine"
+    );
+    let found = problems(json!({"LocalDNS": {
+        "CorefileTemplate": template,
+        "NodeListenerOverrides": {"example.com": {"CacheDurationInSeconds": 0}}
+    }}));
+    assert!(
+        found
+            .iter()
+            .any(|p| p.starts_with("LocalDNS.CorefileTemplate: Corefile template: ")),
+        "a zone without a cache should break the template: {found:?}"
+    );
+}

@@ -103,12 +103,11 @@ fn zone_name(key: &str) -> Result<String, String> {
             ));
         }
     }
-    if name == HEALTH_NAME
-        || name.ends_with(&format!(".{HEALTH_NAME}"))
-        || HEALTH_NAME.ends_with(&format!(".{name}"))
-    {
+    // A zone above it (`local`) is fine: CoreDNS picks the longest zone, so the health block
+    // still answers the health name.
+    if name == HEALTH_NAME || name.ends_with(&format!(".{HEALTH_NAME}")) {
         return Err(format!(
-            "overlaps {HEALTH_NAME}, the name the supervisor checks both listeners with"
+            "is or lies below {HEALTH_NAME}, the name the supervisor checks both listeners with"
         ));
     }
     Ok(name)
@@ -239,23 +238,6 @@ fn zone_settings(
             );
         }
     }
-    for (ttl, name) in [
-        (s.cache_success_ttl_seconds, "CacheSuccessTTLInSeconds"),
-        (s.cache_denial_ttl_seconds, "CacheDenialTTLInSeconds"),
-    ] {
-        if let Some(ttl) = ttl
-            && s.cache_duration_seconds > 0
-            && ttl > s.cache_duration_seconds
-        {
-            problems.push(
-                field(path, name),
-                format!(
-                    "{ttl} is longer than CacheDurationInSeconds ({}), which caps every answer",
-                    s.cache_duration_seconds
-                ),
-            );
-        }
-    }
     (problems.0.len() == before).then_some(s)
 }
 
@@ -355,7 +337,7 @@ mod tests {
     #[test]
     fn every_bad_field_is_named_with_its_zone() {
         let problems = zones(
-            r#"{"example.com": {"Protocol": "udp", "MaxConcurrent": 0}, "b.example": {"CacheSuccessTTLInSeconds": 600},
+            r#"{"example.com": {"Protocol": "udp", "MaxConcurrent": 0}, "b.example": {"CacheSuccessTTLInSeconds": 0},
                 "bad..zone": {}, "-x.org": {},
                 "health-check.localdns.local": {},
                 ".": {"CacheDurationInSeconds": 0, "ServeStale": "Immediate"}}"#,
@@ -366,10 +348,10 @@ mod tests {
         for want in [
             format!("{p}.example.com.Protocol: \"udp\" is not one of ForceTCP, PreferUDP"),
             format!("{p}.example.com.MaxConcurrent: 0 is out of range (1 to 100000)"),
-            format!("{p}.b.example.CacheSuccessTTLInSeconds: 600 is longer than CacheDurationInSeconds (30)"),
+            format!("{p}.b.example.CacheSuccessTTLInSeconds: 0 is out of range (1 to 86400)"),
             format!("{p}.bad..zone: is not a zone: label \"\""),
             format!("{p}.-x.org: is not a zone: label \"-x\""),
-            format!("{p}.health-check.localdns.local: overlaps health-check.localdns.local"),
+            format!("{p}.health-check.localdns.local: is or lies below health-check.localdns.local"),
             format!("{p}...ServeStale: has no effect: CacheDurationInSeconds 0"),
         ] {
             assert!(
@@ -377,6 +359,24 @@ mod tests {
                 "no problem starting {want:?} in {problems:#?}"
             );
         }
+    }
+
+    #[test]
+    fn a_ttl_past_the_caches_duration_and_a_zone_above_the_health_name_are_taken() {
+        // CoreDNS's `success`/`denial` TTL overrides the `cache` duration for those answers.
+        let zones = zones(
+            r#"{"local": {"CacheSuccessTTLInSeconds": 600, "CacheDenialTTLInSeconds": 120}}"#,
+            Listener::Node,
+        )
+        .unwrap();
+        assert_eq!(zones[1].name, "local");
+        assert_eq!(
+            (
+                zones[1].settings.cache_success_ttl_seconds,
+                zones[1].settings.cache_denial_ttl_seconds
+            ),
+            (Some(600), Some(120))
+        );
     }
 
     #[test]

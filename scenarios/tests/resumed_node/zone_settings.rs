@@ -67,7 +67,7 @@ pub(crate) fn zone_settings_set_through_the_machine_apply_in_place_by_a_reload(
     )?;
     let corefile = machine_corefile(node, &slot)?;
     ensure!(
-        node_root_block(&corefile).contains("\n    log\n"),
+        node_root_block(&corefile)?.contains("\n    log\n"),
         "the machine's Corefile has no `log` in the node listener's `.` block:\n{corefile}"
     );
     let (_, status) = node.machine_systemctl(&slot, "show localdns.service --property=StatusText --value")?;
@@ -111,8 +111,13 @@ pub(crate) fn zone_settings_set_through_the_machine_apply_in_place_by_a_reload(
     })?;
     let corefile = machine_corefile(node, &slot)?;
     ensure!(
-        !node_root_block(&corefile).contains("\n    log\n"),
+        !node_root_block(&corefile)?.contains("\n    log\n"),
         "the node listener's `.` block still has `log`:\n{corefile}"
+    );
+    let (_, status) = node.machine_systemctl(&slot, "show localdns.service --property=StatusText --value")?;
+    ensure!(
+        status.trim().starts_with("reloaded "),
+        "localdns.service's status line should say the second reload took over: {status:?}"
     );
     let last = Running::read(node, &slot)?;
     ensure!(
@@ -143,8 +148,10 @@ fn machine_corefile(node: &JoinedNode, slot: &str) -> anyhow::Result<String> {
 
 /// The node listener's root block of a Corefile the built-in template rendered: from its
 /// comment to the next blank line.
-fn node_root_block(corefile: &str) -> &str {
-    let start = corefile.find("# Node listener").unwrap_or(0);
+fn node_root_block(corefile: &str) -> anyhow::Result<&str> {
+    let start = corefile
+        .find("# Node listener")
+        .with_context(|| format!("the machine's Corefile has no `# Node listener` block:\n{corefile}"))?;
     let rest = &corefile[start..];
-    &rest[..rest.find("\n\n").unwrap_or(rest.len())]
+    Ok(&rest[..rest.find("\n\n").unwrap_or(rest.len())])
 }
