@@ -72,9 +72,43 @@ pub fn take(root: &Path, what: &str) -> Result<HostLock, LockError> {
     Ok(HostLock { _file: file })
 }
 
+/// [`take`], waiting up to `within` while another process holds the lock (for short holders
+/// such as the daemon's host network check; the last refusal names the holder).
+pub fn take_within(root: &Path, what: &str, within: std::time::Duration) -> Result<HostLock, LockError> {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        match take(root, what) {
+            Err(LockError::Held { .. }) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+            taken => return taken,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_taker_that_may_wait_gets_the_lock_once_it_is_let_go_and_not_before() {
+        let root = tempfile::tempdir().unwrap();
+        let first = take(root.path(), "the daemon's host network check").unwrap();
+        let short = take_within(root.path(), "refresh", std::time::Duration::from_millis(300));
+        assert!(matches!(short, Err(LockError::Held { .. })), "{short:?}");
+        let releaser = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(400));
+            drop(first);
+        });
+        let started = std::time::Instant::now();
+        take_within(root.path(), "refresh", std::time::Duration::from_secs(10)).unwrap();
+        assert!(
+            started.elapsed() >= std::time::Duration::from_millis(300),
+            "{:?}",
+            started.elapsed()
+        );
+        releaser.join().unwrap();
+    }
 
     #[test]
     fn a_second_taker_is_refused_naming_the_holder_until_the_first_lets_go() {

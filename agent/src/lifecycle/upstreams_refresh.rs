@@ -32,6 +32,9 @@ use crate::render::RenderError;
 /// CoreDNS has not taken yet.
 pub const RELOAD_PENDING: &str = "/run/unbounded/localdns-reload-pending";
 
+/// How long a refresh waits for another agent to let go of the host lock.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Why the upstreams could not be refreshed (nothing was changed).
 #[derive(Debug, thiserror::Error)]
 pub enum RefreshError {
@@ -98,7 +101,8 @@ fn listed(ips: &[Ipv4Addr]) -> String {
 /// Refreshes the upstreams of the node installed below `root` (`/` on a real host); with
 /// `reload`, reloads `localdns.service` when they changed and the machine runs.
 pub fn refresh(root: &Path, reload: bool, p: &dyn Progress) -> Result<Refreshed, RefreshError> {
-    let _lock = lock::take(root, "localdns upstreams refresh")?;
+    // At boot the daemon's host network check may hold the lock for a moment.
+    let _lock = lock::take_within(root, "localdns upstreams refresh", LOCK_WAIT)?;
     let skipped = |why: &str| {
         p.line(&format!("LocalDNS upstreams: nothing to do: {why}"));
         Ok(Refreshed::Skipped(why.to_owned()))

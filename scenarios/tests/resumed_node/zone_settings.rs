@@ -33,6 +33,20 @@ struct Running {
 }
 
 impl Running {
+    /// Once all three units are active (each has an invocation), what identifies them.
+    fn when_active(node: &JoinedNode, slot: &str) -> anyhow::Result<Running> {
+        wait_until::<_, anyhow::Error>(
+            format!("machine {slot}"),
+            node.deadline(2),
+            "localdns, containerd and kubelet active",
+            || match (Running::read(node, slot), active(node, slot)) {
+                (Ok(running), Ok(true)) => Attempt::Ready(running),
+                (Ok(running), Ok(false)) => retry(format!("not all active: {running:?}")),
+                (Err(err), _) | (_, Err(err)) => retry(err),
+            },
+        )
+    }
+
     fn read(node: &JoinedNode, slot: &str) -> anyhow::Result<Running> {
         let show = |unit: &str, properties: &str| -> anyhow::Result<String> {
             let (code, out) = node.machine_systemctl(slot, &format!("show {unit} {properties}"))?;
@@ -50,13 +64,24 @@ impl Running {
     }
 }
 
+/// Whether `localdns.service`, `containerd.service` and `kubelet.service` are active in `slot`.
+fn active(node: &JoinedNode, slot: &str) -> anyhow::Result<bool> {
+    let (code, out) = node.machine_systemctl(
+        slot,
+        "is-active localdns.service containerd.service kubelet.service",
+    )?;
+    Ok(code == Some(0) && out.lines().all(|l| l.trim() == "active"))
+}
+
 /// The check this module's doc describes.
 pub(crate) fn zone_settings_set_through_the_machine_apply_in_place_by_a_reload(
     node: &mut JoinedNode,
 ) -> anyhow::Result<()> {
     let name = node.deployed.name.clone();
     let slot = node.machine()?;
-    let before = Running::read(node, &slot)?;
+    // The check before may leave kubelet starting (`dns_wiring` ends with a machine restart).
+    node.block_on(wait_node_ready(&node.client, &name, node.deadline(5)))?;
+    let before = Running::when_active(node, &slot)?;
 
     set_node_overrides(node, serde_json::json!({".": {"queryLogging": "Log"}}))?;
     wait_until_applied(
