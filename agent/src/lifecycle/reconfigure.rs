@@ -264,16 +264,7 @@ fn reload_localdns(exec: &Executor, runner: &MachineRunner) -> Result<(), StartE
         "reload-or-restart",
         crate::supervisor::restart_bridge::SERVICE_UNIT,
     ])?;
-    let status = runner
-        .run_stdout(&[
-            "systemctl",
-            "show",
-            crate::supervisor::restart_bridge::SERVICE_UNIT,
-            "--property=StatusText",
-            "--value",
-        ])?
-        .trim()
-        .to_owned();
+    let status = runner.status_text(crate::supervisor::restart_bridge::SERVICE_UNIT)?;
     if status.starts_with(crate::supervisor::notify::DEGRADED_PREFIX) {
         exec.line(&format!(
             "warning: localdns.service did not take the new Corefile: {status}"

@@ -245,10 +245,8 @@ fn reload_localdns(root: &Path, slot: Slot, pending: &Path, p: &dyn Progress) ->
         .run(&["systemctl", "try-reload-or-restart", unit])
         .map_err(|source| RefreshError::Reload { slot, source })?;
     let status = runner
-        .run_stdout(&["systemctl", "show", unit, "--property=StatusText", "--value"])
-        .map_err(|source| RefreshError::Reload { slot, source })?
-        .trim()
-        .to_owned();
+        .status_text(unit)
+        .map_err(|source| RefreshError::Reload { slot, source })?;
     if status.starts_with(crate::supervisor::notify::DEGRADED_PREFIX) {
         return Err(RefreshError::ReloadRefused { slot, status });
     }

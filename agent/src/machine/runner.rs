@@ -75,6 +75,14 @@ impl MachineRunner {
         ))
     }
 
+    /// The unit's status line in the machine (its `STATUS=`, `StatusText`), trimmed.
+    pub fn status_text(&self, unit: &str) -> Result<String, CommandFailed> {
+        Ok(self
+            .run_stdout(&["systemctl", "show", unit, "--property=StatusText", "--value"])?
+            .trim()
+            .to_owned())
+    }
+
     /// The unit's `InvocationID` in the machine (empty when it never ran).
     pub fn invocation_id(&self, unit: &str) -> Result<String, CommandFailed> {
         Ok(self
