@@ -28,8 +28,8 @@ use crate::error_chain::Chain;
 use crate::images::{coredns, kind_node, kubernetes, oci, rootfs};
 use crate::lab::{Lab, LabError};
 
-/// The cache kind of the offline bundle.
-pub const BUNDLE_KIND: &str = "offline-bundle";
+/// The cache kind of the offline bundle (its key is computed with the images' keys).
+pub use crate::images::prune::BUNDLE_KIND;
 /// URL path of the CoreDNS release tree (`Downloads.CoreDNS.BaseURL`).
 pub const COREDNS_PATH: &str = "/coredns";
 /// URL path of the Kubernetes download tree (`Downloads.Kubernetes.BaseURL`).

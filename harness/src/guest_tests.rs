@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use agent::exec::{self, CommandFailed};
 
-use crate::evidence;
+use crate::vm::evidence;
 use crate::vm::{Vm, VmError};
 
 /// The filterset selecting guest tests (the host's default filter is its negation).

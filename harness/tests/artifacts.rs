@@ -15,7 +15,8 @@ use agent::artifact::{FetchOptions, Fetcher, Resolved, checksum, offline};
 use harness::artifacts::{LabArtifacts, publish};
 use harness::cache::Cache;
 use harness::images::{coredns, kind_node, kubernetes, oci, rootfs};
-use harness::lab::{Lab, LabSpec, netns};
+use harness::lab::{Lab, LabSpec};
+use harness::netns;
 
 fn start(test: &str) -> Lab {
     Lab::start(LabSpec::for_test(test)).unwrap_or_else(|e| panic!("starting a lab for {test}: {e}"))

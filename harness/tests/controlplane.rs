@@ -12,7 +12,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use harness::controlplane::ClusterAccess;
-use harness::lab::{Lab, LabSpec, netns};
+use harness::lab::{Lab, LabSpec};
+use harness::netns;
 use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestSpec};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

@@ -12,10 +12,10 @@ use std::process::Command;
 use std::time::Duration;
 
 use harness::cache::Cache;
-use harness::evidence;
 use harness::images::{kind_node, kind_tool, kubernetes};
 use harness::kind::cluster::{self, KindCluster};
 use harness::kind::engine::Engine;
+use harness::vm::evidence;
 use harness::wait::{Attempt, WaitTimeout, retry, wait_until};
 
 /// Deletes the cluster when the test ends, passed or not.

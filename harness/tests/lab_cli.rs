@@ -8,7 +8,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use harness::lab::{netns, owner};
+use harness::lab::owner;
+use harness::netns;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 

@@ -64,7 +64,7 @@ fn host_runs_filter_out_guest_tests_instead_of_skipping_them() {
 
 #[test]
 fn agent_and_harness_guest_tests_pass_inside_one_lab_vm_on_debians_kernel() {
-    let test = harness::evidence::current_test_name();
+    let test = harness::vm::evidence::current_test_name();
     let cache = harness::cache::Cache::open().unwrap();
     let image =
         images::host::require(&cache).unwrap_or_else(|e| panic!("{}", harness::error_chain::Chain(&e)));

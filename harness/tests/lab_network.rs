@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use harness::lab::{DnsFailure, Lab, LabSpec, cluster_dns_probe, netns, owner};
+use harness::kind::cluster_dns_probe;
+use harness::lab::{DnsFailure, Lab, LabSpec, owner};
+use harness::netns;
 
 fn start(test: &str) -> Lab {
     Lab::start(LabSpec::for_test(test)).unwrap_or_else(|e| panic!("starting a lab for {test}: {e}"))
@@ -121,7 +123,7 @@ fn dns_server_answers_test_records_inside_the_namespace_and_counts_queries() {
     lab.shutdown().unwrap();
 }
 
-/// The probe a resumed node waits on (`harness::lab::cluster_dns_probe`), pointed at the lab's
+/// The probe a resumed node waits on (`harness::kind::cluster_dns_probe`), pointed at the lab's
 /// DNS server: it reads the addresses of a NOERROR answer, names a SERVFAIL, and its wait stops
 /// with the last failure when the server never answers.
 #[test]

@@ -9,7 +9,8 @@ use std::process::Command;
 
 use agent::exec;
 use harness::deploy::offline::PROBE_PATH;
-use harness::lab::{Lab, LabSpec, netns};
+use harness::lab::{Lab, LabSpec};
+use harness::netns;
 
 /// A network namespace with one veth on the lab's bridge at `ip` (deleted on drop).
 struct Client {

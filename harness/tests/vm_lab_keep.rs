@@ -10,7 +10,8 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use harness::cache::Cache;
-use harness::lab::{Lab, LabSpec, keep, netns, owner};
+use harness::lab::{Lab, LabSpec, keep, owner};
+use harness::netns;
 use harness::vm::{BootImage, Vm};
 
 static HARNESS: std::sync::LazyLock<std::path::PathBuf> =

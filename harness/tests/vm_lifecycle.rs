@@ -219,7 +219,7 @@ fn vm_runs_commands_copies_files_reboots_resets_and_powers_off() {
     );
 
     // Evidence, asked for: console, QEMU stderr and the guest's state.
-    let dir = harness::evidence::collect(&vm, "vm_lifecycle", "asked for by the test");
+    let dir = harness::vm::evidence::collect(&vm, "vm_lifecycle", "asked for by the test");
     let console = std::fs::read_to_string(dir.join("console.log")).unwrap();
     assert!(console.contains("Linux version"), "console log has the boot");
     let journal = std::fs::read_to_string(dir.join("journal.txt")).unwrap();

@@ -10,7 +10,7 @@
 //! whole crate in the `vm` test group (two VMs at once). When a case panics
 //! or returns an error ([`LabNode::run_case`]), the VM's evidence is saved
 //! under `$LAB_ARTIFACTS_DIR/<test>/` (see
-//! `harness::evidence`), the lab's DNS and HTTP logs under `.../<test>/lab/`.
+//! `harness::vm::evidence`), the lab's DNS and HTTP logs under `.../<test>/lab/`.
 
 pub mod checks;
 pub mod cluster;
@@ -18,6 +18,7 @@ pub mod cni_results;
 pub mod conntrack_burst;
 pub mod daemon_apply;
 pub mod dns;
+pub mod host_listing;
 pub mod host_state;
 pub mod kube_proxy;
 pub mod lifecycle;
@@ -71,7 +72,7 @@ pub fn node_config_paths() -> anyhow::Result<Vec<PathBuf>> {
 
 /// The running test's name, for its evidence directory.
 pub fn test_name() -> String {
-    harness::evidence::current_test_name()
+    harness::vm::evidence::current_test_name()
 }
 
 /// A lab with one VM booted for a node config. Fields drop in order: the VM
@@ -108,7 +109,7 @@ impl LabNode {
     ) -> anyhow::Result<()> {
         let mut node = LabNode::boot(node_config)?;
         if let Err(err) = case(&mut node) {
-            let dir = harness::evidence::collect(&node.vm, &node.test, &format!("{err:#}"));
+            let dir = harness::vm::evidence::collect(&node.vm, &node.test, &format!("{err:#}"));
             let err = err.context(format!("evidence in {}", dir.display()));
             return Err(node::keep_if_asked(&node.lab, &node.vm, &node.test, err));
         }

@@ -324,13 +324,13 @@ impl JoinedNode {
     /// the cluster's Nodes, Pods and Events, the control plane's logs, `index.txt`) and returns
     /// the directory.
     pub fn collect_evidence(&self, reason: &str) -> PathBuf {
-        self.collect_evidence_in(harness::evidence::test_dir(&self.test), reason)
+        self.collect_evidence_in(harness::vm::evidence::test_dir(&self.test), reason)
     }
 
     /// [`JoinedNode::collect_evidence`] under `$LAB_ARTIFACTS_DIR/<test>/<part>/`: the evidence
     /// of one of several checks on the node ([`crate::checks`]).
     pub fn collect_evidence_under(&self, part: &str, reason: &str) -> PathBuf {
-        self.collect_evidence_in(harness::evidence::test_dir(&self.test).join(part), reason)
+        self.collect_evidence_in(harness::vm::evidence::test_dir(&self.test).join(part), reason)
     }
 
     fn collect_evidence_in(&self, dir: PathBuf, reason: &str) -> PathBuf {
@@ -387,7 +387,7 @@ impl JoinedNode {
 /// `harness lab down --lab N` or Ctrl-C ([`harness::lab::keep`]); then the error goes on.
 pub(crate) fn keep_if_asked(lab: &Lab, vm: &Vm, test: &str, err: anyhow::Error) -> anyhow::Error {
     if harness::lab::keep::keep_on_failure() {
-        let evidence = harness::evidence::test_dir(test);
+        let evidence = harness::vm::evidence::test_dir(test);
         harness::lab::keep::hold(lab, &[vm.name()], &format!("{err:#}"), &evidence);
     }
     err

@@ -16,7 +16,7 @@ use harness::checkpoint::{self, Checkpoint, HOST_LISTING, Saved};
 use harness::lab::LabSpec;
 use harness::node_config::NodeConfig;
 
-use crate::lifecycle::HostListing;
+use crate::host_listing::HostListing;
 use crate::node::{ClusterLab, JoinedNode, step};
 
 /// [`saved_node::prepare_host`] on a booted lab's VM, as a `before_deploy` of a real join.

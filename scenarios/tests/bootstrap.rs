@@ -208,9 +208,9 @@ fn status_and_logs_show_the_node(node: &JoinedNode, machine: &str) -> anyhow::Re
     }
     eprintln!("==> harness lab status:\n{text}");
 
-    let dir = harness::evidence::test_dir(&node.test).join("lab-logs");
+    let dir = harness::vm::evidence::test_dir(&node.test).join("lab-logs");
     let dir = node.collect_logs(&dir)?;
-    let index = std::fs::read_to_string(dir.join(harness::evidence::INDEX_FILE))?;
+    let index = std::fs::read_to_string(dir.join(harness::vm::evidence::INDEX_FILE))?;
     ensure!(
         index.contains(" 0 not collected"),
         "`lab logs` missed items:\n{index}"
@@ -440,7 +440,7 @@ fn a_failing_start_keeps_its_output_and_the_nodes_evidence() -> anyhow::Result<(
         "the error does not say where the evidence is: {text}"
     );
     ensure!(
-        dir.starts_with(harness::evidence::test_dir(&lab.test)),
+        dir.starts_with(harness::vm::evidence::test_dir(&lab.test)),
         "{}",
         dir.display()
     );
@@ -469,6 +469,6 @@ fn a_failing_start_keeps_its_output_and_the_nodes_evidence() -> anyhow::Result<(
     let test = lab.test.clone();
     lab.shutdown()?;
     // The evidence was what this test checks, not a failure to look into.
-    std::fs::remove_dir_all(harness::evidence::test_dir(&test))?;
+    std::fs::remove_dir_all(harness::vm::evidence::test_dir(&test))?;
     Ok(())
 }

@@ -28,10 +28,11 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use scenarios::cluster::wait_node_ready;
 use scenarios::dns::CLUSTER_LISTENER;
 use scenarios::dns::{ResolvConf, machine_resolv_conf};
+use scenarios::host_listing::HostListing;
 use scenarios::host_state::{ensure_localdns_absent, ensure_localdns_present};
 use scenarios::lifecycle::{
-    HostListing, RestartPolicy, agent, ensure_sleeper_survived, node_boot_id,
-    run_case_listing_the_host_first, start_sleeper, wait_new_boot_id,
+    RestartPolicy, agent, ensure_sleeper_survived, node_boot_id, run_case_listing_the_host_first,
+    start_sleeper, wait_new_boot_id,
 };
 use scenarios::node::JoinedNode;
 use scenarios::pod_dns::a_cluster_first_pod_resolves_the_kubernetes_service_through;

@@ -46,7 +46,7 @@ fn a_vm_joins_the_kind_cluster_and_its_cluster_first_pods_resolve_through_the_ku
     let lab_name = node.lab.name();
     let cache = Cache::open()?;
     let tool = kind_tool::require(&cache)?;
-    let engine = Engine::detect(&harness::evidence::test_dir(&scenarios::test_name()))?;
+    let engine = Engine::detect(&harness::vm::evidence::test_dir(&scenarios::test_name()))?;
     node.run(|node| {
         let listed = cluster::list(&engine, &tool)?;
         ensure!(listed.contains(&lab_name), "kind get clusters: {listed:?}");

@@ -18,11 +18,12 @@ use scenarios::cluster::wait_node_ready;
 use scenarios::cni_results::{empty_cni_results_of, ensure_ran_again_without_its_empty_cni_results};
 use scenarios::conntrack_burst::listener_queries_leave_no_conntrack_entries;
 use scenarios::dns::{CLUSTER_LISTENER, ResolvConf, in_machine, machine_resolv_conf};
+use scenarios::host_listing::HostListing;
 use scenarios::host_state::{
     ensure_localdns_absent, ensure_localdns_present, existing_paths, unit_properties,
 };
 use scenarios::lifecycle::{
-    HostListing, Killed, RestartPolicy, agent, ensure_localdns_ready_before_kubelet, ensure_sleeper_survived,
+    Killed, RestartPolicy, agent, ensure_localdns_ready_before_kubelet, ensure_sleeper_survived,
     ensure_status_after, kill_agent_in, kill_agent_in_any_or_see_it_finish, kill_agent_in_or_see_it_finish,
     node_boot_id, run_case_listing_the_host_first, start_sleeper, wait_new_boot_id,
 };

@@ -40,7 +40,7 @@ fn the_printed_script_run_on_a_fresh_host_joins_a_ready_node_with_localdns_and_t
     let result = run(&lab);
     if let Err(err) = &result {
         // The host's journal of this boot (the agent's `start` and the daemon log there).
-        let dir = harness::evidence::test_dir(&lab.test);
+        let dir = harness::vm::evidence::test_dir(&lab.test);
         let journal = lab
             .vm
             .run_unchecked("journalctl -b --no-pager -o short-precise")
@@ -76,7 +76,7 @@ fn run(lab: &ClusterLab) -> anyhow::Result<()> {
         "Kubelet": {"Configuration": {"podCIDR": values.pod_cidr}},
     });
     // Kept with the test's evidence: the base config given to the plugin and the plugin's HOME.
-    let dir = harness::evidence::test_dir(&lab.test);
+    let dir = harness::vm::evidence::test_dir(&lab.test);
     std::fs::create_dir_all(&dir)?;
     let base_path = dir.join("base-config.json");
     std::fs::write(&base_path, serde_json::to_vec_pretty(&base)?)?;

@@ -19,7 +19,7 @@
 //! artifacts' cache keys (which include the control plane's Kubernetes binaries and CoreDNS), the
 //! CRDs, what was done to the VM before the deploy (`prepare`), and [`CHECKPOINT_VERSION`].
 //! A VM resumes in any lab because every lab gives VM `k` the same address and MAC
-//! ([`crate::lab::addr`]); the control plane starts from a fresh copy of the saved state, so
+//! ([`crate::addresses`]); the control plane starts from a fresh copy of the saved state, so
 //! every test has its own cluster. Entries are written atomically by the cache (other processes
 //! wait for a build of the same key), checked before use (inputs, files, the base disk), and a
 //! stale or unloadable one is removed.

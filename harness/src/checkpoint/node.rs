@@ -212,7 +212,7 @@ pub struct ResumedNode {
 /// offline bundle for an offline node, which is cut off from the artifact server again and
 /// probed), its connections to the saved cluster's API server closed, then waits until the
 /// kubelet renewed its Lease in this cluster and the Node is Ready, and the cluster DNS answers
-/// from the lab namespace ([`crate::lab::cluster_dns_probe`]) and from the node.
+/// from the lab namespace ([`crate::kind::cluster_dns_probe`]) and from the node.
 /// [`NodeCheckpointError::NotLoaded`] when QEMU cannot load the checkpoint.
 pub fn resume(
     lab_spec: LabSpec,
@@ -292,7 +292,7 @@ pub fn resume(
     let step = crate::progress::Step::start(format!(
         "waiting for the cluster DNS {cluster_dns} to answer from the lab namespace and the node"
     ));
-    crate::lab::cluster_dns_probe::wait_answers_in(&lab.name(), cluster_dns, timeout)
+    crate::kind::cluster_dns_probe::wait_answers_in(&lab.name(), cluster_dns, timeout)
         .map_err(NodeCheckpointError::ClusterDns)?;
     // On Kind the node's own kube-proxy sends its queries on: it must have the restored CoreDNS
     // pod's endpoint, which it lists again once its old connection is gone (above).
@@ -340,7 +340,7 @@ fn wait_node_reaches_cluster_dns(
     cluster_dns: std::net::Ipv4Addr,
     timeout: Duration,
 ) -> Result<(), WaitTimeout> {
-    let name = crate::lab::cluster_dns_probe::PROBE_NAME;
+    let name = crate::kind::cluster_dns_probe::PROBE_NAME;
     let dig = format!("dig +tcp +time=2 +tries=1 +short @{cluster_dns} {name} 2>&1");
     crate::wait::wait_until(
         format!("VM {}", vm.name()),

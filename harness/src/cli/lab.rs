@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use crate::lab::{Lab, LabSpec, netns, owner, signals};
+use crate::lab::{Lab, LabSpec, owner, signals};
+use crate::netns;
 use crate::vm::{BootImage, RunDir, Vm};
 use anyhow::{Context, bail};
 use nix::sys::signal::{Signal, kill};
@@ -282,8 +283,8 @@ fn lab_spec(control_plane: bool, number: u8) -> LabSpec {
         control_plane,
         ..LabSpec::interactive()
     };
-    if number != crate::lab::addr::INTERACTIVE_LAB {
-        spec.log_dir = Some(crate::evidence::test_dir(&format!("lab-up-{number}")).join("lab"));
+    if number != crate::addresses::INTERACTIVE_LAB {
+        spec.log_dir = Some(crate::vm::evidence::test_dir(&format!("lab-up-{number}")).join("lab"));
     }
     spec
 }

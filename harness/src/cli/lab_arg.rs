@@ -1,7 +1,7 @@
 //! `--lab`, the same on every `harness` subcommand that works on a lab: which lab, by number
 //! or name, default lab 0 (the one `harness lab up` keeps), also from `$LAB_NAME`.
 
-use crate::lab::addr::{INTERACTIVE_LAB, MAX_LAB};
+use crate::addresses::{INTERACTIVE_LAB, MAX_LAB};
 use anyhow::bail;
 
 /// The `--lab` option; flatten it into a subcommand with `#[command(flatten)]`.

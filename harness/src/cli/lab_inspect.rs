@@ -40,7 +40,7 @@ pub fn logs(number: u8, out: Option<PathBuf>) -> anyhow::Result<ExitCode> {
         dir.display()
     );
     let dir = logs::collect(&view, &dir).with_context(|| format!("creating {}", dir.display()))?;
-    let index = std::fs::read_to_string(dir.join(crate::evidence::INDEX_FILE)).unwrap_or_default();
+    let index = std::fs::read_to_string(dir.join(crate::vm::evidence::INDEX_FILE)).unwrap_or_default();
     eprint!("{index}");
     println!("{}", dir.display());
     Ok(ExitCode::SUCCESS)

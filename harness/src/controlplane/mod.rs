@@ -18,4 +18,4 @@ pub mod plane;
 
 pub use access::ClusterAccess;
 pub use error::ControlPlaneError;
-pub use plane::{ControlPlane, ControlPlaneSpec};
+pub use plane::{ControlPlane, ControlPlaneSpec, KindRecord};

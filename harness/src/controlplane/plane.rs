@@ -5,8 +5,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 use super::access::ClusterAccess;
-use crate::lab::addr::LabAddrs;
+use crate::addresses::LabAddrs;
 
 /// A running control plane of one lab.
 pub trait ControlPlane: Send + Sync {
@@ -18,7 +20,18 @@ pub trait ControlPlane: Send + Sync {
     /// state (`LabSpec::control_plane_state`, a checkpoint's); returns what failed.
     fn stop_saving(&mut self, into: &Path) -> Vec<String>;
     /// How to run Kind's CLI against it.
-    fn kind_record(&self) -> Option<crate::lab::record::KindRecord>;
+    fn kind_record(&self) -> Option<KindRecord>;
+}
+
+/// How to run Kind's CLI against a lab's Kind cluster (e.g. `kind export logs`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KindRecord {
+    /// `lab-<n>`, as `kind get clusters` lists it.
+    pub name: String,
+    /// The `kind` binary.
+    pub kind: PathBuf,
+    /// Its environment (the provider, Podman's `CONTAINERS_CONF`, the cluster's network).
+    pub env: Vec<(String, String)>,
 }
 
 /// What a control plane is started with.

@@ -19,7 +19,7 @@ fn each_machine(body: &str) -> String {
     )
 }
 
-/// Guest commands saved on top of [`crate::evidence::GUEST_COMMANDS`]: (file name, command).
+/// Guest commands saved on top of [`crate::vm::evidence::GUEST_COMMANDS`]: (file name, command).
 pub fn node_commands() -> Vec<(&'static str, String)> {
     let unit_journal = |unit: &str| {
         each_machine(&format!(
@@ -78,7 +78,7 @@ pub fn node_commands() -> Vec<(&'static str, String)> {
 pub fn collect(vm: &Vm, test: &str, reason: &str, files: &[(&str, &str)]) -> PathBuf {
     let commands = node_commands();
     let extra: Vec<(&str, &str)> = commands.iter().map(|(f, c)| (*f, c.as_str())).collect();
-    let dir = crate::evidence::collect_with(vm, test, reason, &extra);
+    let dir = crate::vm::evidence::collect_with(vm, test, reason, &extra);
     write_files(&dir, files);
     dir
 }
@@ -117,7 +117,7 @@ mod tests {
             "{kubelet}"
         );
         // Evidence file names never clash with the VM's own.
-        for (name, _) in crate::evidence::GUEST_COMMANDS {
+        for (name, _) in crate::vm::evidence::GUEST_COMMANDS {
             assert!(!names.contains(&name), "{name} clashes");
         }
     }

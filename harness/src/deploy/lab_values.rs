@@ -9,7 +9,7 @@ use crate::node_config::LabValues;
 use crate::vm::{Net, Vm};
 
 use super::error::DeployError;
-use super::plan::pod_cidr;
+use crate::addresses::pod_cidr;
 
 /// The values for `vm` on `nic`. `offline_source` (used only by offline node configs) is where
 /// the VM has the offline bundle: its share when it shares the bundle, else the copy

@@ -32,7 +32,7 @@ use agent::config::RawConfig;
 
 pub use error::DeployError;
 pub use lab_values::lab_values;
-pub use plan::{DeployPlan, pod_cidr};
+pub use plan::DeployPlan;
 
 use crate::artifacts::LabArtifacts;
 use crate::lab::Lab;
@@ -70,7 +70,13 @@ pub fn deploy_node(
     node: &NodeConfig,
     artifacts: &LabArtifacts,
 ) -> Result<DeployedNode, DeployError> {
-    deploy_node_as(lab, vm, node, artifacts, &crate::evidence::current_test_name())
+    deploy_node_as(
+        lab,
+        vm,
+        node,
+        artifacts,
+        &crate::vm::evidence::current_test_name(),
+    )
 }
 
 /// [`deploy_node`] with evidence under `$LAB_ARTIFACTS_DIR/<test>/<vm>/`.

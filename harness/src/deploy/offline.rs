@@ -17,8 +17,8 @@
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
+use crate::addresses::HTTP_PORT;
 use crate::artifacts::LabArtifacts;
-use crate::lab::addr::HTTP_PORT;
 use crate::lab::{Lab, LabError};
 use crate::vm::{Vm, VmError};
 

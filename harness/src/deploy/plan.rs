@@ -23,11 +23,6 @@ pub const AGENT_BINARY: &str = "unbounded-agent";
 /// machine each of these takes minutes.
 pub const START_COMMAND_DEADLINES: u32 = 10;
 
-/// The pod CIDR of lab VM `k`: `10.244.<k>.0/24` (the lab routes it to the VM).
-pub fn pod_cidr(k: u8) -> String {
-    format!("10.244.{k}.0/24")
-}
-
 /// Everything decided about one deployment.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeployPlan {
@@ -144,12 +139,6 @@ mod tests {
         let plan = DeployPlan::new(&node, &lab_values()).unwrap();
         assert_eq!(plan.guest_agent, "/opt/unbounded/bin/unbounded-agent");
         assert_eq!(plan.start_argv()[0], plan.guest_agent);
-    }
-
-    #[test]
-    fn pod_cidr_follows_the_vm_index() {
-        assert_eq!(pod_cidr(0), "10.244.0.0/24");
-        assert_eq!(pod_cidr(3), "10.244.3.0/24");
     }
 
     #[test]

@@ -15,6 +15,7 @@ use super::error::{ImageError, io_err, transfer_err};
 use super::mmdebstrap::{self, MANIFEST, Recipe};
 use crate::cache::{Cache, RecipeKey};
 use crate::progress::{Step, run_logged};
+use crate::vm::BootImage;
 
 /// The cache kind of the host image.
 pub const KIND: &str = "host-image";
@@ -44,6 +45,16 @@ pub struct HostImage {
     pub key: String,
     /// Whether the kernel has 9p over virtio (a host directory at `/mnt/lab`).
     pub has_9p: bool,
+}
+
+impl From<&HostImage> for BootImage {
+    fn from(image: &HostImage) -> BootImage {
+        BootImage {
+            disk: image.disk.clone(),
+            kernel: image.kernel.clone(),
+            initrd: image.initrd.clone(),
+        }
+    }
 }
 
 /// What `image.json` holds.

@@ -18,11 +18,10 @@ use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use crate::artifacts::BUNDLE_KIND;
 use crate::cache::Cache;
 use crate::images::{coredns, host, kind_node, kind_tool, kubernetes, oci, rootfs};
 use crate::vm::state;
-pub use current::{CurrentKeys, bundle_key};
+pub use current::{BUNDLE_KIND, CurrentKeys, bundle_key};
 pub use in_use::InUse;
 
 /// Every kind of entry the cache holds, in the order `prune` shows them.

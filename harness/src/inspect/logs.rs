@@ -9,8 +9,8 @@
 use std::path::{Path, PathBuf};
 
 use super::view::LabView;
-use crate::evidence::{Collector, Guest};
 use crate::lab::record::ClusterRecord;
+use crate::vm::evidence::{Collector, Guest};
 
 /// Cluster listings: (file, what, kubectl arguments).
 pub const CLUSTER_LISTINGS: [(&str, &str, &[&str]); 6] = [
@@ -52,7 +52,7 @@ pub fn default_dir(number: u8) -> PathBuf {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or_default();
-    crate::evidence::artifacts_root()
+    crate::vm::evidence::artifacts_root()
         .join("lab-logs")
         .join(format!("lab-{number}-{now}"))
 }
@@ -61,7 +61,7 @@ pub fn default_dir(number: u8) -> PathBuf {
 pub fn collect(view: &LabView, dir: &Path) -> std::io::Result<PathBuf> {
     let mut collector = Collector::new(dir, &format!("harness lab logs: {}", view.name))?;
     let owner = match view.owner {
-        Some((o, true)) => format!("owner pid {} ({})", o.pid, crate::lab::netns::cmdline(o.pid)),
+        Some((o, true)) => format!("owner pid {} ({})", o.pid, crate::netns::cmdline(o.pid)),
         Some((o, false)) => format!("STALE: owner pid {} is gone", o.pid),
         None => "no owner file".into(),
     };
@@ -86,7 +86,7 @@ pub fn collect(view: &LabView, dir: &Path) -> std::io::Result<PathBuf> {
     for vm in &view.vms {
         let running = || vm.qemu_pid().is_some();
         let mut guest = Guest::new(&vm.agent, &running);
-        crate::evidence::collect_vm(
+        crate::vm::evidence::collect_vm(
             &mut collector,
             &format!("{}/", vm.name),
             &vm.run,
@@ -130,7 +130,7 @@ pub fn collect(view: &LabView, dir: &Path) -> std::io::Result<PathBuf> {
 /// `kind export logs` of the lab's Kind cluster into `kind/` (the node's journal, containerd's
 /// and the kubelet's logs, every pod's logs, the engine's inspect output), and each node
 /// container's output through the engine's API into `kind-engine/`.
-fn kind_logs(collector: &mut Collector, kind: &crate::lab::record::KindRecord) {
+fn kind_logs(collector: &mut Collector, kind: &crate::controlplane::KindRecord) {
     let into = collector.dir().join("kind");
     let outcome = agent::exec::run_stdout(
         std::process::Command::new(&kind.kind)
@@ -204,7 +204,7 @@ mod tests {
             vms: Vec::new(),
         };
         let dir = collect(&view, &tmp.path().join("out")).unwrap();
-        let index = std::fs::read_to_string(dir.join(crate::evidence::INDEX_FILE)).unwrap();
+        let index = std::fs::read_to_string(dir.join(crate::vm::evidence::INDEX_FILE)).unwrap();
         assert!(
             index.starts_with("# harness lab logs: lab-7\n# 3 files, 2 not collected\n"),
             "{index}"

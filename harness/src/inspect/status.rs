@@ -78,7 +78,7 @@ pub struct KindNodeStatus {
 
 /// The node containers of the Kind cluster `kind` names, as the engine's API lists them by Kind's
 /// label ([`crate::kind::engine_api`]).
-pub fn kind_status(kind: &crate::lab::record::KindRecord) -> KindStatus {
+pub fn kind_status(kind: &crate::controlplane::KindRecord) -> KindStatus {
     let listed = kind_engine_api(kind).and_then(|api| {
         api.node_containers(&kind.name)
             .map_err(|e| crate::error_chain::Chain(&e).to_string())
@@ -106,7 +106,7 @@ pub fn kind_status(kind: &crate::lab::record::KindRecord) -> KindStatus {
 /// The API of the engine the lab's Kind cluster runs in (its record's `KIND_EXPERIMENTAL_PROVIDER`
 /// and `CONTAINERS_CONF`).
 pub fn kind_engine_api(
-    kind: &crate::lab::record::KindRecord,
+    kind: &crate::controlplane::KindRecord,
 ) -> Result<crate::kind::engine_api::EngineApi, String> {
     let provider = kind
         .env
@@ -340,7 +340,7 @@ pub fn collect(view: &LabView) -> LabStatus {
                 return status;
             }
             let running = || vm.qemu_pid().is_some();
-            let mut guest = crate::evidence::Guest::new(&vm.agent, &running);
+            let mut guest = crate::vm::evidence::Guest::new(&vm.agent, &running);
             match guest.run(&status_script()) {
                 Ok(output) => apply_guest(&mut status, &output),
                 Err(why) => status.problems.push(format!("asking the VM: {why}")),
@@ -354,7 +354,7 @@ pub fn collect(view: &LabView) -> LabStatus {
         owner: view.owner.map(|(o, alive)| OwnerStatus {
             pid: o.pid,
             alive,
-            command: crate::lab::netns::cmdline(o.pid),
+            command: crate::netns::cmdline(o.pid),
         }),
         kubernetes_version: cluster.as_ref().map(|c| c.kubernetes_version.clone()),
         api_server: cluster.as_ref().map(|c| c.host_api_server.clone()),

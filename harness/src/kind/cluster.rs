@@ -283,9 +283,9 @@ impl KindCluster {
     }
 
     /// How other processes run Kind's CLI against this cluster (the lab's record).
-    pub fn record(&self) -> crate::lab::record::KindRecord {
+    pub fn record(&self) -> crate::controlplane::KindRecord {
         let command = self.kind();
-        crate::lab::record::KindRecord {
+        crate::controlplane::KindRecord {
             name: self.name.clone(),
             kind: self.kind.clone(),
             env: command

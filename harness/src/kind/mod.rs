@@ -5,6 +5,7 @@
 //! (`node_proxy`).
 
 pub mod cluster;
+pub mod cluster_dns_probe;
 pub mod engine;
 pub mod engine_api;
 pub mod node_proxy;

@@ -22,13 +22,13 @@ use base64::Engine as _;
 
 use super::cluster::{KindCluster, KindError};
 use super::engine::Engine;
+use crate::addresses::{API_SERVER_PORT, LabAddrs, MAX_VMS};
 use crate::controlplane::access::ClusterAccess;
 use crate::controlplane::bootstrap::{BootstrapToken, rbac_manifests, secret_manifest, to_yaml_stream};
 use crate::controlplane::kubeconfig::{Credentials, KubeconfigSpec};
 use crate::controlplane::{ControlPlane, ControlPlaneSpec};
 use crate::images::kind_node::{KindNodeImage, NODE_POD_CIDR};
 use crate::images::kind_tool::KindTool;
-use crate::lab::addr::{API_SERVER_PORT, LabAddrs, MAX_VMS};
 use crate::progress::Step;
 use crate::wait::{Attempt, WaitTimeout, retry, wait_until};
 
@@ -166,12 +166,8 @@ impl KindControlPlane {
                 plane.configure(spec, &token)?;
                 // A lab is up when its VMs can resolve: the CoreDNS pods answer on the ClusterIP.
                 step.message("waiting for the cluster DNS to answer from the lab namespace");
-                crate::lab::cluster_dns_probe::wait_answers_in(
-                    &spec.addrs.netns(),
-                    CLUSTER_DNS_IP,
-                    spec.timeout,
-                )
-                .map_err(|e| KindError::ClusterDns(Box::new(e)))?;
+                super::cluster_dns_probe::wait_answers_in(&spec.addrs.netns(), CLUSTER_DNS_IP, spec.timeout)
+                    .map_err(|e| KindError::ClusterDns(Box::new(e)))?;
             }
             // The saved cluster's etcd holds the lab's objects and its CoreDNS's Corefile.
             Some(saved) => plane.write_bootstrap_kubeconfig(spec, &saved.bootstrap_token)?,
@@ -221,7 +217,7 @@ impl KindControlPlane {
         in_node(&["link", "set", "eth1", "up"])?;
         for k in 0..ROUTED_VMS.min(MAX_VMS) {
             if let Some(vm) = addrs.vm_ip(k) {
-                let cidr = crate::lab::cluster::pod_cidr(k);
+                let cidr = crate::addresses::pod_cidr(k);
                 in_node(&["route", "replace", &cidr, "via", &vm.to_string()])?;
             }
         }
@@ -477,7 +473,7 @@ impl ControlPlane for KindControlPlane {
         &self.access
     }
 
-    fn kind_record(&self) -> Option<crate::lab::record::KindRecord> {
+    fn kind_record(&self) -> Option<crate::controlplane::KindRecord> {
         self.cluster.as_ref().map(KindCluster::record)
     }
 
@@ -564,7 +560,7 @@ mod tests {
 
     #[test]
     fn veth_names_fit_the_kernels_limit() {
-        let addrs = LabAddrs::new(crate::lab::addr::MAX_LAB).unwrap();
+        let addrs = LabAddrs::new(crate::addresses::MAX_LAB).unwrap();
         let (a, b) = veth_names(&addrs);
         assert!(a.len() <= 15 && b.len() <= 15, "{a} {b}");
     }

@@ -13,8 +13,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::addr::LabAddrs;
 use super::error::LabError;
+use crate::addresses::LabAddrs;
 use crate::cache::Cache;
 use crate::controlplane::{ControlPlane, ControlPlaneError, ControlPlaneSpec};
 use crate::error_chain::Chain;
@@ -95,11 +95,6 @@ pub fn start(
     Ok(Box::new(plane))
 }
 
-/// The pod CIDR of VM `k`, `10.244.<k>.0/24`.
-pub fn pod_cidr(k: u8) -> String {
-    format!("10.244.{k}.0/24")
-}
-
 /// Routes VM `k`'s pod CIDR to the VM's address inside the lab namespace (idempotent), so
 /// the cluster DNS and the API server answer pods.
 pub fn route_pod_cidr(addrs: &LabAddrs, k: u8) -> Result<(), LabError> {
@@ -107,7 +102,7 @@ pub fn route_pod_cidr(addrs: &LabAddrs, k: u8) -> Result<(), LabError> {
         .vm_ip(k)
         .ok_or(LabError::TooManyVms {
             lab: addrs.netns(),
-            max: super::addr::MAX_VMS,
+            max: crate::addresses::MAX_VMS,
         })?
         .to_string();
     agent::exec::run(Command::new("ip").args([
@@ -115,7 +110,7 @@ pub fn route_pod_cidr(addrs: &LabAddrs, k: u8) -> Result<(), LabError> {
         &addrs.netns(),
         "route",
         "replace",
-        &pod_cidr(k),
+        &crate::addresses::pod_cidr(k),
         "via",
         &via,
     ]))?;
@@ -127,9 +122,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn pod_cidr_follows_the_vm_index() {
-        assert_eq!(pod_cidr(0), "10.244.0.0/24");
-        assert_eq!(pod_cidr(7), "10.244.7.0/24");
+    fn the_admin_kubeconfig_is_in_the_labs_run_directory() {
         assert_eq!(
             admin_kubeconfig(Path::new("/run/unbounded-lab/lab-0")),
             Path::new("/run/unbounded-lab/lab-0/kubeconfig")

@@ -10,6 +10,8 @@ pub enum LabError {
     Command(#[from] CommandFailed),
     #[error(transparent)]
     Vm(#[from] Box<crate::vm::VmError>),
+    #[error(transparent)]
+    Netns(#[from] crate::netns::NetnsError),
     #[error("{what} {path}: {source}")]
     Io {
         what: &'static str,

@@ -10,13 +10,14 @@ use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::addr::{HTTP_PORT, LabAddrs, MAX_VMS, PREFIX_LEN};
 use super::dns::DnsControl;
 use super::error::{LabError, io_err};
 use super::http::HttpControl;
 use super::owner::{self, Want};
 use super::services::Services;
-use super::{netns, offline, signals};
+use super::{offline, signals};
+use crate::addresses::{HTTP_PORT, LabAddrs, MAX_VMS, PREFIX_LEN};
+use crate::netns;
 use crate::vm::{BootImage, GuestAddress, Mac, Net, Vm, VmSpec};
 
 /// What lab to start.
@@ -41,7 +42,7 @@ impl LabSpec {
     /// A lab for test `test_name`: logs under `$LAB_ARTIFACTS_DIR/<test_name>/lab/`.
     pub fn for_test(test_name: &str) -> LabSpec {
         LabSpec {
-            log_dir: Some(crate::evidence::test_dir(test_name).join("lab")),
+            log_dir: Some(crate::vm::evidence::test_dir(test_name).join("lab")),
             ..LabSpec::default()
         }
     }
@@ -49,8 +50,8 @@ impl LabSpec {
     /// Lab 0, the one `harness lab up` keeps running.
     pub fn interactive() -> LabSpec {
         LabSpec {
-            number: Some(super::addr::INTERACTIVE_LAB),
-            log_dir: Some(crate::evidence::test_dir("lab-up").join("lab")),
+            number: Some(crate::addresses::INTERACTIVE_LAB),
+            log_dir: Some(crate::vm::evidence::test_dir("lab-up").join("lab")),
             ..LabSpec::default()
         }
     }
@@ -62,7 +63,7 @@ fn preferred_number() -> u8 {
     std::env::var("NEXTEST_TEST_GLOBAL_SLOT")
         .ok()
         .and_then(|s| s.parse::<u32>().ok())
-        .map(|slot| (slot % u32::from(super::addr::MAX_LAB)) as u8 + 1)
+        .map(|slot| (slot % u32::from(crate::addresses::MAX_LAB)) as u8 + 1)
         .unwrap_or(1)
 }
 
@@ -134,7 +135,7 @@ impl Lab {
     pub fn start(spec: LabSpec) -> Result<Lab, LabError> {
         let started = Instant::now();
         let want = match spec.number {
-            Some(n) if n > super::addr::MAX_LAB => return Err(LabError::BadNumber(n.into())),
+            Some(n) if n > crate::addresses::MAX_LAB => return Err(LabError::BadNumber(n.into())),
             Some(n) => Want::Exactly(n),
             None => Want::Prefer(preferred_number()),
         };

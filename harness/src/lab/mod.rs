@@ -16,7 +16,7 @@
 //!
 //! * Lab `n` (`NEXTEST_TEST_GLOBAL_SLOT + 1` in tests, 0 for `harness lab up`):
 //!   namespace `lab-<n>`, bridge `labbr<n>` at `192.168.100.1/24`, taps
-//!   `labtap<n>-<k>`; see [`addr`] for the whole table.
+//!   `labtap<n>-<k>`; see [`crate::addresses`] for the whole table.
 //! * Services run in this process: their sockets are bound by a thread that
 //!   entered the namespace with `setns`, and served by a thread of our own
 //!   ([`services`]). No helper processes; stopping them closes the sockets.
@@ -31,23 +31,20 @@
 //!   first sweeps labs whose owner died ([`owner`]). Ctrl-C and SIGTERM tear
 //!   live labs down before exiting ([`signals`]).
 
-pub mod addr;
 pub mod cluster;
-pub mod cluster_dns_probe;
 pub mod dns;
 mod dns_server;
 pub mod error;
 mod guard;
 pub mod http;
 pub mod keep;
-pub mod netns;
 pub mod offline;
 pub mod owner;
 pub mod record;
 mod services;
 pub mod signals;
 
-pub use addr::LabAddrs;
+pub use crate::addresses::LabAddrs;
 pub use dns::{DnsControl, DnsFailure, DnsQuery};
 pub use error::LabError;
 pub use guard::{Lab, LabSpec, VmNic};

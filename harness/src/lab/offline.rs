@@ -15,7 +15,7 @@ use std::path::Path;
 use agent::exec;
 
 use super::error::{LabError, io_err};
-use super::netns;
+use crate::netns;
 
 /// The nft table (family `inet`) holding the block.
 pub const TABLE: &str = "lab_offline";

@@ -14,9 +14,9 @@ use std::fs::{self, File};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::addr::{LabAddrs, MAX_LAB};
 use super::error::{LabError, io_err};
-use super::netns;
+use crate::addresses::{LabAddrs, MAX_LAB};
+use crate::netns;
 use crate::vm::RunDir;
 
 const OWNER_FILE: &str = "owner.pid";

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::error::{LabError, io_err};
+use crate::controlplane::KindRecord;
 
 /// The file name, in `$LAB_RUN_DIR/lab-<n>/`.
 pub const RECORD_FILE: &str = "lab.json";
@@ -36,17 +37,6 @@ pub struct ClusterRecord {
     /// The Kind cluster, when the cluster is one.
     #[serde(default)]
     pub kind: Option<KindRecord>,
-}
-
-/// How to run Kind's CLI against a lab's Kind cluster (e.g. `kind export logs`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct KindRecord {
-    /// `lab-<n>`, as `kind get clusters` lists it.
-    pub name: String,
-    /// The `kind` binary.
-    pub kind: PathBuf,
-    /// Its environment (the provider, Podman's `CONTAINERS_CONF`, the cluster's network).
-    pub env: Vec<(String, String)>,
 }
 
 impl LabRecord {

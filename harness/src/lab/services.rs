@@ -11,11 +11,11 @@ use std::thread::JoinHandle;
 
 use tokio::sync::oneshot;
 
-use super::addr::LabAddrs;
 use super::dns::DnsControl;
 use super::error::LabError;
-use super::netns;
 use super::{dns_server, http};
+use crate::addresses::LabAddrs;
+use crate::netns;
 
 /// The running services; [`Services::stop`] (or drop) stops them.
 pub struct Services {

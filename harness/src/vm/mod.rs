@@ -29,7 +29,7 @@
 //! assert_ne!(vm.boot_id(), old);
 //! let t = vm.deadlines().command;             // every deadline scales with the accelerator
 //! vm.wait_until(t, "unit x to be active", || vm.run("systemctl is-active x"))?;
-//! harness::evidence::collect(&vm, "my_test", "asked for");  // also automatic when a test panics
+//! harness::vm::evidence::collect(&vm, "my_test", "asked for");  // also automatic when a test panics
 //! vm.power_off()?;                            // systemctl poweroff (or ACPI button), waits for QEMU to exit
 //! vm.shutdown()?;                             // or just drop: kills the group, checks, removes overlay
 //! # Ok(()) }
@@ -59,6 +59,7 @@ pub mod bulk;
 pub mod console;
 pub mod deadline;
 pub mod error;
+pub mod evidence;
 pub mod guest;
 pub mod kernel_crash;
 pub mod machine;

@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use sha2::{Digest, Sha256};
 
 use super::accel::Accel;
-use crate::images::host::HostImage;
 
 /// The files a VM boots from: a read-only base disk (a bare ext4 filesystem: `root=/dev/vda`)
 /// used as the backing file of the VM's own overlay, and a kernel and initrd for direct boot.
@@ -18,16 +17,6 @@ pub struct BootImage {
     pub disk: PathBuf,
     pub kernel: PathBuf,
     pub initrd: PathBuf,
-}
-
-impl From<&HostImage> for BootImage {
-    fn from(image: &HostImage) -> BootImage {
-        BootImage {
-            disk: image.disk.clone(),
-            kernel: image.kernel.clone(),
-            initrd: image.initrd.clone(),
-        }
-    }
 }
 
 /// A MAC address (`52:54:00:..` for derived ones, QEMU's locally administered prefix).

@@ -3,7 +3,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 
-use crate::artifacts::BUNDLE_KIND;
 use crate::cache::{Cache, RecipeKey};
 use crate::error_chain::Chain;
 use crate::images::{ImageError, coredns, host, kind_node, kind_tool, kubernetes, oci, rootfs};
@@ -78,6 +77,9 @@ impl CurrentKeys {
         self.0.get(kind)
     }
 }
+
+/// The cache kind of the offline bundle (`crate::artifacts` builds it).
+pub const BUNDLE_KIND: &str = "offline-bundle";
 
 /// The offline bundle's key from its parts' keys (the entry directory names of the five entries
 /// it links from): the one formula, used by `artifacts` to assemble the bundle and here to know it.

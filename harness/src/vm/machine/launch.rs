@@ -173,8 +173,8 @@ impl Vm {
         };
         if let Err(err) = result {
             if let Launched::Failed(_) = err {
-                let test = crate::evidence::current_test_name();
-                crate::evidence::collect(&vm, &test, "the VM did not boot");
+                let test = crate::vm::evidence::current_test_name();
+                crate::vm::evidence::collect(&vm, &test, "the VM did not boot");
             }
             return Err(err);
         }

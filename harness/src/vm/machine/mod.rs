@@ -182,8 +182,8 @@ impl Vm {
 impl Drop for Vm {
     fn drop(&mut self) {
         if std::thread::panicking() && !self.torn_down {
-            let test = crate::evidence::current_test_name();
-            crate::evidence::collect(self, &test, "the test panicked");
+            let test = crate::vm::evidence::current_test_name();
+            crate::vm::evidence::collect(self, &test, "the test panicked");
         }
         if let Err(err) = self.teardown() {
             eprintln!("error: tearing down VM {}: {err}", self.name());

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use hickory_proto::op::{Message, Query, ResponseCode};
 use hickory_proto::rr::{Name, RData, RecordType};
 
-use super::netns;
+use crate::netns;
 use crate::wait::{Attempt, WaitTimeout, wait_until};
 
 /// The name asked: the `kubernetes` Service, which every cluster has.

@@ -38,6 +38,12 @@ pub struct LabAddrs {
     n: u8,
 }
 
+/// The pod CIDR of lab VM `k`: `10.244.<k>.0/24` (the lab routes it to the VM, the node's
+/// kubelet gets it).
+pub fn pod_cidr(k: u8) -> String {
+    format!("10.244.{k}.0/24")
+}
+
 impl LabAddrs {
     /// The addresses of lab `n`; `None` when `n` is above [`MAX_LAB`].
     pub fn new(n: u8) -> Option<LabAddrs> {
@@ -117,6 +123,12 @@ impl LabAddrs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pod_cidr_follows_the_vm_index() {
+        assert_eq!(pod_cidr(0), "10.244.0.0/24");
+        assert_eq!(pod_cidr(7), "10.244.7.0/24");
+    }
 
     #[test]
     fn names_fit_the_kernels_fifteen_characters() {

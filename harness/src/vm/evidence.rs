@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 pub use collector::{Collector, Entry, Guest, INDEX_FILE, render_index};
 
-use crate::vm::{RunDir, Vm, console, kernel_crash};
+use super::{RunDir, Vm, console, kernel_crash};
 
 /// Guest commands saved by default: (file name, shell command).
 pub const GUEST_COMMANDS: [(&str, &str); 5] = [

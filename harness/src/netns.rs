@@ -11,8 +11,28 @@ use agent::exec;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use super::addr::{LabAddrs, PREFIX_LEN};
-use super::error::{LabError, io_err};
+use crate::addresses::{LabAddrs, PREFIX_LEN};
+
+/// What went wrong with a namespace: an `ip` command, a file, or the thread entering it.
+#[derive(Debug, thiserror::Error)]
+pub enum NetnsError {
+    #[error(transparent)]
+    Command(#[from] exec::CommandFailed),
+    #[error("{what} {path}: {source}")]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the thread entering {0} panicked")]
+    ThreadPanicked(String),
+}
+
+fn io_err(what: &'static str, path: &std::path::Path) -> impl FnOnce(std::io::Error) -> NetnsError {
+    let path = path.to_path_buf();
+    move |source| NetnsError::Io { what, path, source }
+}
 
 /// Where `ip netns` keeps its named namespaces.
 pub const NETNS_DIR: &str = "/run/netns";
@@ -40,14 +60,14 @@ pub fn list(prefix: &str) -> Vec<String> {
     names
 }
 
-fn ip(args: &[&str]) -> Result<(), LabError> {
+fn ip(args: &[&str]) -> Result<(), NetnsError> {
     exec::run(Command::new("ip").args(args))?;
     Ok(())
 }
 
 /// Creates namespace `lab-<n>` with `lo` up and bridge `labbr<n>` at `192.168.100.1/24` (and
 /// `192.168.100.2/24`, the second upstream DNS address) with the MAC every lab's bridge has.
-pub fn create(addrs: &LabAddrs) -> Result<(), LabError> {
+pub fn create(addrs: &LabAddrs) -> Result<(), NetnsError> {
     let ns = addrs.netns();
     let bridge = addrs.bridge();
     let cidr = format!("{}/{}", addrs.bridge_ip(), PREFIX_LEN);
@@ -66,7 +86,7 @@ pub fn create(addrs: &LabAddrs) -> Result<(), LabError> {
 
 /// Creates tap `labtap<n>-<k>` inside the namespace, attached to the bridge and up.
 /// QEMU opens it by name (`-netdev tap,ifname=...,script=no,downscript=no`) from inside the namespace.
-pub fn add_tap(addrs: &LabAddrs, k: u8) -> Result<String, LabError> {
+pub fn add_tap(addrs: &LabAddrs, k: u8) -> Result<String, NetnsError> {
     let ns = addrs.netns();
     let tap = addrs.tap(k);
     ip(&["-n", &ns, "tuntap", "add", "dev", &tap, "mode", "tap"])?;
@@ -76,7 +96,7 @@ pub fn add_tap(addrs: &LabAddrs, k: u8) -> Result<String, LabError> {
 }
 
 /// Deletes the named namespace (its bridge and taps go with it).
-pub fn delete(name: &str) -> Result<(), LabError> {
+pub fn delete(name: &str) -> Result<(), NetnsError> {
     ip(&["netns", "del", name])
 }
 
@@ -158,7 +178,7 @@ pub fn kill_all_in(ns_inode: u64, timeout: Duration) -> Vec<i32> {
 pub fn in_netns<T: Send + 'static>(
     name: &str,
     f: impl FnOnce() -> std::io::Result<T> + Send + 'static,
-) -> Result<std::io::Result<T>, LabError> {
+) -> Result<std::io::Result<T>, NetnsError> {
     let path = netns_path(name);
     let file = fs::File::open(&path).map_err(io_err("opening network namespace", &path))?;
     let thread = std::thread::Builder::new()
@@ -170,7 +190,7 @@ pub fn in_netns<T: Send + 'static>(
         .map_err(io_err("starting a thread for", &path))?;
     thread
         .join()
-        .map_err(|_| LabError::Services(format!("the thread entering {name} panicked")))
+        .map_err(|_| NetnsError::ThreadPanicked(name.to_string()))
 }
 
 /// `ip netns exec <name> <program>`: a command run inside the namespace.

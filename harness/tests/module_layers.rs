@@ -1,0 +1,24 @@
+//! The harness's top-level modules form layers (docs/lab.md, "Code layout"): the VM runtime
+//! (`vm`, with its evidence) below the images, the control plane seam below the Kind cluster,
+//! both below the lab, the lab below deployment and checkpoints. Read from the sources by the
+//! workspace's `module-layers` test support.
+
+#[test]
+fn no_top_level_module_depends_on_one_that_depends_on_it() {
+    let expected = [
+        "vm",
+        "images",
+        "controlplane",
+        "kind",
+        "lab",
+        "deploy",
+        "checkpoint",
+        "addresses",
+        "netns",
+    ];
+    // At run time: an archived test runs in another checkout (nextest remaps this variable).
+    let crate_dir = std::env::var("CARGO_MANIFEST_DIR").expect("cargo and nextest set CARGO_MANIFEST_DIR");
+    if let Err(problem) = module_layers::ensure_layered(crate_dir.as_ref(), &expected) {
+        panic!("{problem}");
+    }
+}
