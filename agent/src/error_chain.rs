@@ -1,18 +1,38 @@
-//! An error and its causes on one line: the one formatter of the agent's error chains.
+//! An error and its causes: the one formatter of error chains, for the agent, the harness and
+//! the scenarios alike ([`chain`] on one line, [`Chain`] as a `Display`, [`parts`] for another
+//! layout).
 
-/// `err` and its sources, `a: b: c`; a cause whose text an earlier part already holds is
-/// dropped (many errors repeat their source), newlines become spaces.
-pub fn chain(err: &dyn std::error::Error) -> String {
+use std::error::Error;
+use std::fmt;
+
+/// The texts of `err` and of each of its causes, a cause left out when the text so far already
+/// holds it (many errors repeat their source).
+pub fn parts(err: &dyn Error) -> Vec<String> {
     let mut parts: Vec<String> = vec![err.to_string()];
     let mut source = err.source();
-    while let Some(e) = source {
-        let text = e.to_string();
+    while let Some(cause) = source {
+        let text = cause.to_string();
         if !parts.iter().any(|p| p.contains(&text)) {
             parts.push(text);
         }
-        source = e.source();
+        source = cause.source();
     }
-    parts.join(": ").replace('\n', " ")
+    parts
+}
+
+/// Displays an error followed by each of its causes, `: `-separated ([`parts`]).
+pub struct Chain<'a>(pub &'a dyn Error);
+
+impl fmt::Display for Chain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&parts(self.0).join(": "))
+    }
+}
+
+/// `err` and its causes on one line, `a: b: c` ([`Chain`] with newlines made spaces): for logs,
+/// conditions and status lines.
+pub fn chain(err: &dyn Error) -> String {
+    Chain(err).to_string().replace('\n', " ")
 }
 
 #[cfg(test)]
@@ -47,5 +67,20 @@ mod tests {
             chain(&err),
             "installing CoreDNS: fetch x: timed out: os error 110"
         );
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("reading /x")]
+    struct Reading(#[source] std::io::Error);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("building: {0}")]
+    struct Repeats(#[source] std::io::Error);
+
+    #[test]
+    fn causes_follow_the_message_and_repeats_are_dropped() {
+        let io = || std::io::Error::new(std::io::ErrorKind::NotFound, "gone");
+        assert_eq!(Chain(&Reading(io())).to_string(), "reading /x: gone");
+        assert_eq!(Chain(&Repeats(io())).to_string(), "building: gone");
     }
 }

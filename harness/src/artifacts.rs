@@ -24,9 +24,9 @@ use std::path::{Path, PathBuf};
 use agent::config::{ContainerImageConfig, DownloadSource, DownloadsConfig, MachineImageConfig};
 
 use crate::cache::{Cache, CacheError, RecipeKey};
-use crate::error_chain::Chain;
 use crate::images::{coredns, kind_node, kubernetes, oci, rootfs};
 use crate::lab::{Lab, LabError};
+use agent::error_chain::Chain;
 
 /// The cache kind of the offline bundle (its key is computed with the images' keys).
 pub use crate::images::prune::BUNDLE_KIND;

@@ -10,7 +10,6 @@ pub mod child;
 pub mod cli;
 pub mod controlplane;
 pub mod deploy;
-pub mod error_chain;
 pub mod guest_tests;
 pub mod images;
 pub mod inspect;

@@ -12,7 +12,7 @@ use harness::vm::BootImage;
 fn image() -> BootImage {
     let cache = harness::cache::Cache::open().expect("opening the lab cache");
     let image = harness::images::host::require(&cache)
-        .unwrap_or_else(|e| panic!("{}", harness::error_chain::Chain(&e)));
+        .unwrap_or_else(|e| panic!("{}", agent::error_chain::Chain(&e)));
     BootImage::from(&image)
 }
 

@@ -66,13 +66,12 @@ fn host_runs_filter_out_guest_tests_instead_of_skipping_them() {
 fn agent_and_harness_guest_tests_pass_inside_one_lab_vm_on_debians_kernel() {
     let test = harness::vm::evidence::current_test_name();
     let cache = harness::cache::Cache::open().unwrap();
-    let image =
-        images::host::require(&cache).unwrap_or_else(|e| panic!("{}", harness::error_chain::Chain(&e)));
+    let image = images::host::require(&cache).unwrap_or_else(|e| panic!("{}", agent::error_chain::Chain(&e)));
     let coredns =
-        images::coredns::require(&cache).unwrap_or_else(|e| panic!("{}", harness::error_chain::Chain(&e)));
+        images::coredns::require(&cache).unwrap_or_else(|e| panic!("{}", agent::error_chain::Chain(&e)));
     let mut tests = GuestTests::build(&["agent", "harness"]).unwrap_or_else(|e| panic!("{e}"));
     let rootfs =
-        images::rootfs::require(&cache).unwrap_or_else(|e| panic!("{}", harness::error_chain::Chain(&e)));
+        images::rootfs::require(&cache).unwrap_or_else(|e| panic!("{}", agent::error_chain::Chain(&e)));
     tests
         .add_file(&coredns.binary, "coredns", COREDNS_ENV)
         .unwrap_or_else(|e| panic!("{e}"));

@@ -23,7 +23,7 @@ use sha2::{Digest, Sha256};
 
 fn images() -> OciImages {
     let cache = Cache::open().expect("the lab cache directory");
-    oci::require(&cache).unwrap_or_else(|err| panic!("{}", harness::error_chain::Chain(&err)))
+    oci::require(&cache).unwrap_or_else(|err| panic!("{}", agent::error_chain::Chain(&err)))
 }
 
 fn sha256_hex(data: &[u8]) -> String {
@@ -311,7 +311,7 @@ fn containerd_of_the_machine_rootfs_imports_both_archives_under_their_refs() {
     let cache = Cache::open().expect("the lab cache directory");
     let images = images();
     let rootfs = harness::images::rootfs::require(&cache)
-        .unwrap_or_else(|err| panic!("{}", harness::error_chain::Chain(&err)));
+        .unwrap_or_else(|err| panic!("{}", agent::error_chain::Chain(&err)));
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("root");
     fs::create_dir_all(root.join("images")).unwrap();

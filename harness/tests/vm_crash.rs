@@ -17,12 +17,12 @@ use harness::vm::{BootImage, Vm, VmError, VmSpec};
 fn image() -> BootImage {
     if let Some(dir) = std::env::var_os("LAB_HOST_IMAGE_DIR") {
         let image = harness::images::host::load(std::path::Path::new(&dir))
-            .unwrap_or_else(|e| panic!("{}", harness::error_chain::Chain(&e)));
+            .unwrap_or_else(|e| panic!("{}", agent::error_chain::Chain(&e)));
         return BootImage::from(&image);
     }
     let cache = harness::cache::Cache::open().expect("opening the lab cache");
     let image = harness::images::host::require(&cache)
-        .unwrap_or_else(|e| panic!("{}", harness::error_chain::Chain(&e)));
+        .unwrap_or_else(|e| panic!("{}", agent::error_chain::Chain(&e)));
     BootImage::from(&image)
 }
 

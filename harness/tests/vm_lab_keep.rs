@@ -67,7 +67,7 @@ fn look_then_take_down(number: u8, evidence: &Path) -> Child {
 fn a_kept_lab_answers_the_notices_commands_until_lab_down_removes_it() {
     let cache = Cache::open().expect("opening the lab cache");
     let image = harness::images::host::require(&cache)
-        .unwrap_or_else(|e| panic!("{}", harness::error_chain::Chain(&e)));
+        .unwrap_or_else(|e| panic!("{}", agent::error_chain::Chain(&e)));
     let lab = Lab::start(LabSpec::for_test("vm_lab_keep")).unwrap_or_else(|e| panic!("{e}"));
     let number = lab.number();
     let name = format!("lab-{number}");

@@ -20,12 +20,12 @@ use harness::vm::{Accel, BootImage, BootMode, GuestAddress, Mac, Net, Vm, VmSpec
 fn image() -> BootImage {
     if let Some(dir) = std::env::var_os("LAB_HOST_IMAGE_DIR") {
         let image = harness::images::host::load(Path::new(&dir))
-            .unwrap_or_else(|e| panic!("{}", harness::error_chain::Chain(&e)));
+            .unwrap_or_else(|e| panic!("{}", agent::error_chain::Chain(&e)));
         return BootImage::from(&image);
     }
     let cache = Cache::open().expect("opening the lab cache");
     let image = harness::images::host::require(&cache)
-        .unwrap_or_else(|e| panic!("{}", harness::error_chain::Chain(&e)));
+        .unwrap_or_else(|e| panic!("{}", agent::error_chain::Chain(&e)));
     BootImage::from(&image)
 }
 

@@ -39,17 +39,6 @@ async fn within<T>(timeout: Duration, fut: impl Future<Output = Result<T, String
         .map_err(|_| format!("no answer within {timeout:?}"))?
 }
 
-/// An error with its causes, `a: b: c` (hyper's own messages are terse).
-fn with_causes(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(&format!(": {cause}"));
-        source = cause.source();
-    }
-    text
-}
-
 /// `GET http://<target><path>` on a new direct connection (no proxy; no pooled connection
 /// outlives it): the body, at most `limit` bytes of it, when the status is 200; else why not.
 pub async fn get_ok(target: SocketAddrV4, path: &str, limit: usize) -> Result<Bytes, String> {
@@ -60,7 +49,10 @@ pub async fn get_ok(target: SocketAddrV4, path: &str, limit: usize) -> Result<By
         .header(header::USER_AGENT, "unbounded-localdns-supervisor")
         .body(Empty::new())
         .map_err(|e| format!("request: {e}"))?;
-    let response = client.request(request).await.map_err(|e| with_causes(&e))?;
+    let response = client
+        .request(request)
+        .await
+        .map_err(|e| crate::error_chain::chain(&e))?;
     let status = response.status();
     if status != StatusCode::OK {
         return Err(format!("status {status}, not 200"));
@@ -68,7 +60,7 @@ pub async fn get_ok(target: SocketAddrV4, path: &str, limit: usize) -> Result<By
     Ok(Limited::new(response.into_body(), limit)
         .collect()
         .await
-        .map_err(|e| format!("body: {}", with_causes(e.as_ref())))?
+        .map_err(|e| format!("body: {}", crate::error_chain::chain(e.as_ref())))?
         .to_bytes())
 }
 

@@ -67,7 +67,7 @@ pub fn require(bench: &'static str, tools: &[Tool]) -> Result<Prerequisites, Ben
             Err(e) => {
                 missing.push(Missing {
                     what: "the CoreDNS artifact (the benchmark runs the real CoreDNS)".into(),
-                    fix: crate::error_chain::Chain(&e).to_string(),
+                    fix: agent::error_chain::Chain(&e).to_string(),
                 });
                 None
             }
@@ -75,7 +75,7 @@ pub fn require(bench: &'static str, tools: &[Tool]) -> Result<Prerequisites, Ben
         Err(e) => {
             missing.push(Missing {
                 what: "the lab cache (where the CoreDNS artifact is)".into(),
-                fix: crate::error_chain::Chain(&e).to_string(),
+                fix: agent::error_chain::Chain(&e).to_string(),
             });
             None
         }

@@ -21,11 +21,11 @@ use crate::controlplane::ControlPlaneError;
 use crate::deploy::DeployedNode;
 use crate::deploy::offline::{self, NoRoute, OfflineError};
 use crate::deploy::ready::{NotReady, wait_node_ready};
-use crate::error_chain::Chain;
 use crate::lab::{Lab, LabError, LabSpec};
 use crate::node_config::NodeConfig;
 use crate::vm::{Accel, BootImage, Vm, VmError, VmSpec};
 use crate::wait::{Attempt, WaitTimeout};
+use agent::error_chain::Chain;
 
 /// The search line [`prepare_host`] adds to the VM's resolv.conf (a tab on purpose: the agent
 /// must tolerate them).

@@ -17,10 +17,10 @@ use super::{DeployedNode, deploy_node_as};
 use crate::artifacts::{ArtifactsError, LabArtifacts};
 use crate::cache::{Cache, CacheError};
 use crate::controlplane::ControlPlaneError;
-use crate::error_chain::Chain;
 use crate::lab::Lab;
 use crate::node_config::{NodeConfig, NodeConfigError};
 use crate::vm::Vm;
+use agent::error_chain::Chain;
 
 /// The Node's deadline to become Ready once `start` returned, in VM command deadlines
 /// (30 s under KVM, 120 s under TCG): 2.5 min, 10 min.

@@ -150,7 +150,7 @@ fn kind_logs(collector: &mut Collector, kind: &crate::controlplane::KindRecord) 
     let listed = super::status::kind_engine_api(kind).and_then(|api| {
         let nodes = api
             .node_containers(&kind.name)
-            .map_err(|e| crate::error_chain::Chain(&e).to_string())?;
+            .map_err(|e| agent::error_chain::Chain(&e).to_string())?;
         Ok((api, nodes))
     });
     match listed {
@@ -158,7 +158,7 @@ fn kind_logs(collector: &mut Collector, kind: &crate::controlplane::KindRecord) 
             for node in nodes {
                 let log = api
                     .logs(&node.name)
-                    .map_err(|e| crate::error_chain::Chain(&e).to_string());
+                    .map_err(|e| agent::error_chain::Chain(&e).to_string());
                 collector.outcome(
                     &format!("kind-engine/{}.log", node.name),
                     "the Kind node container's output, through the engine's API",

@@ -81,7 +81,7 @@ pub struct KindNodeStatus {
 pub fn kind_status(kind: &crate::controlplane::KindRecord) -> KindStatus {
     let listed = kind_engine_api(kind).and_then(|api| {
         api.node_containers(&kind.name)
-            .map_err(|e| crate::error_chain::Chain(&e).to_string())
+            .map_err(|e| agent::error_chain::Chain(&e).to_string())
     });
     let (nodes, problem) = match listed {
         Ok(nodes) => (
@@ -121,7 +121,7 @@ pub fn kind_engine_api(
     let env: Vec<(std::ffi::OsString, std::ffi::OsString)> =
         kind.env.iter().map(|(k, v)| (k.into(), v.into())).collect();
     crate::kind::engine_api::EngineApi::connect(engine, &env)
-        .map_err(|e| crate::error_chain::Chain(&e).to_string())
+        .map_err(|e| agent::error_chain::Chain(&e).to_string())
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

@@ -17,8 +17,8 @@ use super::error::LabError;
 use crate::addresses::LabAddrs;
 use crate::cache::Cache;
 use crate::controlplane::{ControlPlane, ControlPlaneError, ControlPlaneSpec};
-use crate::error_chain::Chain;
 use crate::images::{kind_node, kind_tool, kubernetes};
+use agent::error_chain::Chain;
 
 /// The images the lab's cluster runs from, found before the lab is made.
 #[derive(Clone, Debug)]

@@ -116,16 +116,7 @@ impl From<WaitTimeout> for VmError {
 
 impl std::fmt::Debug for VmError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let message = self.to_string();
-        write!(f, "{message}")?;
-        let mut source = std::error::Error::source(self);
-        while let Some(cause) = source {
-            let text = cause.to_string();
-            if !message.contains(&text) {
-                write!(f, "\n  caused by: {text}")?;
-            }
-            source = cause.source();
-        }
-        Ok(())
+        let parts = agent::error_chain::parts(self);
+        write!(f, "{}", parts.join("\n  caused by: "))
     }
 }

@@ -21,7 +21,7 @@ pub fn artifact() -> CoreDnsArtifact {
     let cache = Cache::open().expect("open the lab cache");
     match require(&cache) {
         Ok(artifact) => artifact,
-        Err(err) => panic!("{}", harness::error_chain::Chain(&err)),
+        Err(err) => panic!("{}", agent::error_chain::Chain(&err)),
     }
 }
 

@@ -4,10 +4,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 
 use crate::cache::{Cache, RecipeKey};
-use crate::error_chain::Chain;
 use crate::images::{ImageError, coredns, host, kind_node, kind_tool, kubernetes, oci, rootfs};
 use crate::vm::state::{self, StateInfo, StateInputs};
 use crate::vm::{Accel, BootImage, VmSpec};
+use agent::error_chain::Chain;
 
 /// The keys (hex) the current recipes give, per kind. A kind whose current key cannot be
 /// computed holds the reason instead, and keeps all its entries.
