@@ -6,15 +6,9 @@
 use std::time::Instant;
 
 use harness::lab::{Lab, LabSpec};
-use harness::vm::BootImage;
 
-/// The host image, or a failure naming the command that builds it.
-fn image() -> BootImage {
-    let cache = harness::cache::Cache::open().expect("opening the lab cache");
-    let image = harness::images::host::require(&cache)
-        .unwrap_or_else(|e| panic!("{}", agent::error_chain::Chain(&e)));
-    BootImage::from(&image)
-}
+mod vm_support;
+use vm_support::image;
 
 #[test]
 fn lab_vm_reaches_the_api_server_and_the_cluster_dns_through_the_bridge() {

@@ -12,26 +12,8 @@ use std::time::{Duration, Instant};
 
 use harness::vm::{BootImage, Vm, VmError, VmSpec};
 
-/// The host image (`LAB_HOST_IMAGE_DIR` may name a built image directory to use instead of
-/// the cache's current one), or a failure naming the command that builds it.
-fn image() -> BootImage {
-    if let Some(dir) = std::env::var_os("LAB_HOST_IMAGE_DIR") {
-        let image = harness::images::host::load(std::path::Path::new(&dir))
-            .unwrap_or_else(|e| panic!("{}", agent::error_chain::Chain(&e)));
-        return BootImage::from(&image);
-    }
-    let cache = harness::cache::Cache::open().expect("opening the lab cache");
-    let image = harness::images::host::require(&cache)
-        .unwrap_or_else(|e| panic!("{}", agent::error_chain::Chain(&e)));
-    BootImage::from(&image)
-}
-
-fn lab() -> String {
-    match std::env::var("NEXTEST_TEST_GLOBAL_SLOT") {
-        Ok(slot) => format!("vmtest-{slot}"),
-        Err(_) => format!("vmtest-p{}", std::process::id()),
-    }
-}
+mod vm_support;
+use vm_support::{image, vm_lab};
 
 /// Types `command` into `harness vm shell NAME` (the hvc0 console) until `expect` shows up,
 /// then leaves with Ctrl-]; returns what the shell printed.
@@ -83,7 +65,7 @@ fn cli_shell(lab: &str, name: &str, command: &str, expect: &str, timeout: Durati
 
 #[test]
 fn qemu_killed_from_outside_is_reported_as_a_crash() {
-    let spec = VmSpec::new(lab(), "crash", image());
+    let spec = VmSpec::new(vm_lab(), "crash", image());
     let vm = Vm::boot(spec.clone()).expect("booting the VM");
 
     // The same VM cannot be booted twice.
@@ -111,7 +93,7 @@ fn qemu_killed_from_outside_is_reported_as_a_crash() {
 
     // hvc0 is a root shell.
     cli_shell(
-        &lab(),
+        &vm_lab(),
         "crash",
         "echo hvc-$((6*7)) $(id -un)",
         "hvc-42 root",
@@ -156,7 +138,7 @@ fn missing_base_image_fails_naming_the_build_command() {
         kernel: tmp.path().join("vmlinuz"),
         initrd: tmp.path().join("initrd.img"),
     };
-    let err = Vm::boot(VmSpec::new(lab(), "noimage", missing))
+    let err = Vm::boot(VmSpec::new(vm_lab(), "noimage", missing))
         .err()
         .expect("boot without an image fails");
     let text = err.to_string();
@@ -168,7 +150,7 @@ fn missing_base_image_fails_naming_the_build_command() {
         text.contains(tmp.path().to_str().unwrap()),
         "the error names the missing file: {text}"
     );
-    let run = harness::vm::RunDir::new(&lab(), "noimage");
+    let run = harness::vm::RunDir::new(&vm_lab(), "noimage");
     assert!(
         !run.dir().exists(),
         "a failed boot left {} behind",

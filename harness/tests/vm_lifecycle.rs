@@ -10,29 +10,10 @@ use std::time::Instant;
 
 use sha2::Digest;
 
-use harness::vm::{Accel, BootImage, ExitKind, Vm, VmError, VmSpec};
+use harness::vm::{Accel, ExitKind, Vm, VmError, VmSpec};
 
-/// The host image (`LAB_HOST_IMAGE_DIR` may name a built image directory to use instead of
-/// the cache's current one), or a failure naming the command that builds it.
-fn image() -> BootImage {
-    if let Some(dir) = std::env::var_os("LAB_HOST_IMAGE_DIR") {
-        let image = harness::images::host::load(std::path::Path::new(&dir))
-            .unwrap_or_else(|e| panic!("{}", agent::error_chain::Chain(&e)));
-        return BootImage::from(&image);
-    }
-    let cache = harness::cache::Cache::open().expect("opening the lab cache");
-    let image = harness::images::host::require(&cache)
-        .unwrap_or_else(|e| panic!("{}", agent::error_chain::Chain(&e)));
-    BootImage::from(&image)
-}
-
-/// The lab name of this test's VMs, from nextest's slot (or the pid outside nextest).
-fn lab() -> String {
-    match std::env::var("NEXTEST_TEST_GLOBAL_SLOT") {
-        Ok(slot) => format!("vmtest-{slot}"),
-        Err(_) => format!("vmtest-p{}", std::process::id()),
-    }
-}
+mod vm_support;
+use vm_support::{image, vm_lab};
 
 fn harness_cli(lab: &str, args: &[&str]) -> std::process::Output {
     Command::new(agent::test_binary!("harness"))
@@ -45,7 +26,7 @@ fn harness_cli(lab: &str, args: &[&str]) -> std::process::Output {
 
 #[test]
 fn vm_runs_commands_copies_files_reboots_resets_and_powers_off() {
-    let lab = lab();
+    let lab = vm_lab();
     let started = Instant::now();
     let share = tempfile::tempdir().unwrap();
     std::fs::write(share.path().join("hello.txt"), "shared over 9p\n").unwrap();

@@ -15,19 +15,8 @@ use harness::lab::{Lab, LabSpec, VmNic};
 use harness::vm::state::{self, StateInputs};
 use harness::vm::{Accel, BootImage, BootMode, GuestAddress, Mac, Net, Vm, VmSpec};
 
-/// The host image (`LAB_HOST_IMAGE_DIR` may name a built image directory to use instead of
-/// the cache's current one), or a failure naming the command that builds it.
-fn image() -> BootImage {
-    if let Some(dir) = std::env::var_os("LAB_HOST_IMAGE_DIR") {
-        let image = harness::images::host::load(Path::new(&dir))
-            .unwrap_or_else(|e| panic!("{}", agent::error_chain::Chain(&e)));
-        return BootImage::from(&image);
-    }
-    let cache = Cache::open().expect("opening the lab cache");
-    let image = harness::images::host::require(&cache)
-        .unwrap_or_else(|e| panic!("{}", agent::error_chain::Chain(&e)));
-    BootImage::from(&image)
-}
+mod vm_support;
+use vm_support::{image, vm_lab};
 
 fn lab(test: &str) -> Lab {
     Lab::start(LabSpec::for_test(test)).unwrap_or_else(|e| panic!("starting a lab for {test}: {e}"))
@@ -210,14 +199,6 @@ fn two_resumed_vms_in_one_lab_have_their_own_machine_ids_and_reach_each_other() 
     a.shutdown().unwrap();
     b.shutdown().unwrap();
     lab.shutdown().unwrap();
-}
-
-/// The lab name of VMs without a lab, from nextest's slot (or the pid outside nextest).
-fn vm_lab() -> String {
-    match std::env::var("NEXTEST_TEST_GLOBAL_SLOT") {
-        Ok(slot) => format!("vmtest-{slot}"),
-        Err(_) => format!("vmtest-p{}", std::process::id()),
-    }
 }
 
 #[test]
