@@ -10,12 +10,15 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-/// The workspace's files and directories that make the agent binary, besides the registry's
-/// crates (the workspace manifest holds the build profiles).
+/// The workspace's files and directories that make the agent binary (its crate and the
+/// workspace crates it uses), besides the registry's crates (the workspace manifest holds the
+/// build profiles).
 pub const INPUTS: &[&str] = &[
     "agent/src",
     "agent/build.rs",
     "agent/Cargo.toml",
+    "machina/src",
+    "machina/Cargo.toml",
     "Cargo.toml",
     "Cargo.lock",
 ];
@@ -147,12 +150,43 @@ mod tests {
         assert_ne!(edited, digest, "an edited source");
         std::fs::rename(b.join("agent/src/cli/mod.rs"), b.join("agent/src/cli/other.rs")).unwrap();
         assert_ne!(compute(&b).unwrap(), edited, "a renamed source");
+        std::fs::create_dir_all(a.join("machina/src")).unwrap();
+        std::fs::write(a.join("machina/src/lib.rs"), "pub struct Machine;").unwrap();
+        let with_machina = compute(&a).unwrap();
+        assert_ne!(with_machina, digest, "a workspace crate the agent uses");
+        std::fs::remove_dir_all(a.join("machina")).unwrap();
         std::fs::write(a.join("Cargo.toml"), "[workspace]\n[profile.dev]").unwrap();
         assert_ne!(
             compute(&a).unwrap(),
             digest,
             "the workspace manifest (build profiles)"
         );
+    }
+
+    /// Every workspace crate the agent depends on (a `path = "../<dir>"` dependency outside
+    /// `[dev-dependencies]`) is among the inputs, or an edit to it would keep a stale binary.
+    #[test]
+    fn the_inputs_hold_every_workspace_crate_the_agent_uses() {
+        let manifest_dir =
+            std::env::var("CARGO_MANIFEST_DIR").expect("cargo and nextest set CARGO_MANIFEST_DIR");
+        let manifest = std::fs::read_to_string(Path::new(&manifest_dir).join("Cargo.toml")).unwrap();
+        let used = manifest.split("[dev-dependencies]").next().unwrap();
+        let crates: Vec<&str> = used
+            .match_indices("path = \"../")
+            .map(|(at, m)| {
+                let rest = &used[at + m.len()..];
+                &rest[..rest.find('"').unwrap()]
+            })
+            .collect();
+        assert!(
+            crates.contains(&"machina"),
+            "agent/Cargo.toml names machina: {crates:?}"
+        );
+        for krate in crates {
+            for input in [format!("{krate}/src"), format!("{krate}/Cargo.toml")] {
+                assert!(INPUTS.contains(&input.as_str()), "{input} is not among INPUTS");
+            }
+        }
     }
 
     #[test]

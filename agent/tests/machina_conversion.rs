@@ -8,7 +8,7 @@ use agent::config::{
     ClusterConfig, DownloadSource, DownloadsConfig, KubeletAuth, KubeletConfig, LocalDnsConfig, RawConfig,
     ZoneOverrideConfig,
 };
-use agent::machina::convert::effective_agent_config;
+use agent::machina::convert::{ApplyToConfig, MachineFromConfig, effective_agent_config};
 use agent::machina::machine_configuration_version::{parse_version_object_name, version_object_name};
 use agent::machina::{
     AgentDownloadsSpec, AgentSpec, ConversionError, DownloadSourceSpec, KubernetesSpec, LocalDnsSpec,

@@ -58,15 +58,38 @@ macro_rules! mirror_fields {
             }
         }
 
-        impl $spec {
-            /// Overlays the fields set here on `base` (absent fields keep `base`'s values).
-            pub fn overlay(&self, base: Option<$config>) -> $config {
+        impl Overlay<$config> for $spec {
+            fn overlay(&self, base: Option<$config>) -> $config {
                 let base = base.unwrap_or_default();
                 let spec = $config::from(self);
                 $config { $($field: spec.$field.or(base.$field)),+ }
             }
         }
     };
+}
+
+/// A Machina spec laid over the agent config's section of the same fields.
+pub trait Overlay<C> {
+    /// Overlays the fields set here on `base` (absent fields keep `base`'s values).
+    fn overlay(&self, base: Option<C>) -> C;
+}
+
+/// A Machina object's settings applied onto an agent config (see the module's table).
+pub trait ApplyToConfig {
+    /// Applies the settings to `config`.
+    fn apply_to(&self, config: &mut RawConfig);
+
+    /// `base` with the settings applied.
+    fn to_agent_config(&self, mut base: RawConfig) -> RawConfig {
+        self.apply_to(&mut base);
+        base
+    }
+}
+
+/// The Machine an agent config describes.
+pub trait MachineFromConfig: Sized {
+    /// Named after `MachineName`; no status, no configuration reference.
+    fn from_agent_config(config: &RawConfig) -> Result<Self, ConversionError>;
 }
 
 /// A field's value on the other side of [`mirror_fields`]: itself, or a map of mirrored values.
@@ -123,23 +146,23 @@ mirror_fields!(LocalDnsSpec <=> LocalDnsConfig {
 
 mirror_fields!(DownloadSourceSpec <=> DownloadSource { url, base_url, version, sha256, allow_http });
 
-impl AgentSpec {
-    /// The agent settings an agent config carries; `None` when it has neither LocalDNS nor downloads.
-    pub fn from_agent_config(config: &RawConfig) -> Option<AgentSpec> {
-        let local_dns = config.local_dns.as_ref().map(LocalDnsSpec::from);
-        let downloads = config.downloads.as_ref().map(|downloads| AgentDownloadsSpec {
-            kubernetes: downloads.kubernetes.as_ref().map(DownloadSourceSpec::from),
-            core_dns: downloads.core_dns.as_ref().map(DownloadSourceSpec::from),
-        });
-        (local_dns.is_some() || downloads.is_some()).then_some(AgentSpec {
-            image: None,
-            local_dns,
-            downloads,
-        })
-    }
+/// The agent settings an agent config carries; `None` when it has neither LocalDNS nor downloads.
+pub fn agent_spec_of(config: &RawConfig) -> Option<AgentSpec> {
+    let local_dns = config.local_dns.as_ref().map(LocalDnsSpec::from);
+    let downloads = config.downloads.as_ref().map(|downloads| AgentDownloadsSpec {
+        kubernetes: downloads.kubernetes.as_ref().map(DownloadSourceSpec::from),
+        core_dns: downloads.core_dns.as_ref().map(DownloadSourceSpec::from),
+    });
+    (local_dns.is_some() || downloads.is_some()).then_some(AgentSpec {
+        image: None,
+        local_dns,
+        downloads,
+    })
+}
 
+impl ApplyToConfig for AgentSpec {
     /// Applies LocalDNS and the download overrides to `config` (`image` is not converted).
-    pub fn apply_to(&self, config: &mut RawConfig) {
+    fn apply_to(&self, config: &mut RawConfig) {
         if let Some(local_dns) = &self.local_dns {
             config.local_dns = Some(local_dns.overlay(config.local_dns.take()));
         }
@@ -179,9 +202,9 @@ fn apply_kubernetes(
     }
 }
 
-impl MachineConfigurationTemplate {
+impl ApplyToConfig for MachineConfigurationTemplate {
     /// Applies the template's Kubernetes and agent settings to `config`.
-    pub fn apply_to(&self, config: &mut RawConfig) {
+    fn apply_to(&self, config: &mut RawConfig) {
         if let Some(MachineConfigurationKubernetes {
             version,
             node_labels,
@@ -196,10 +219,8 @@ impl MachineConfigurationTemplate {
     }
 }
 
-impl Machine {
-    /// The Machine an agent config describes (named after `MachineName`; no status, no
-    /// configuration reference).
-    pub fn from_agent_config(config: &RawConfig) -> Result<Machine, ConversionError> {
+impl MachineFromConfig for Machine {
+    fn from_agent_config(config: &RawConfig) -> Result<Machine, ConversionError> {
         let name = config
             .machine_name
             .as_deref()
@@ -222,14 +243,16 @@ impl Machine {
         };
         let spec = MachineSpec {
             kubernetes: (kubernetes != KubernetesSpec::default()).then_some(kubernetes),
-            agent: AgentSpec::from_agent_config(config),
+            agent: agent_spec_of(config),
             configuration_ref: None,
         };
         Ok(Machine::new(name, spec))
     }
+}
 
+impl ApplyToConfig for Machine {
     /// Applies the Machine's name and settings to `config` (see the module's table).
-    pub fn apply_to(&self, config: &mut RawConfig) {
+    fn apply_to(&self, config: &mut RawConfig) {
         if let Some(name) = &self.metadata.name {
             config.machine_name = Some(name.clone());
         }
@@ -247,12 +270,6 @@ impl Machine {
         if let Some(agent) = &self.spec.agent {
             agent.apply_to(config);
         }
-    }
-
-    /// `base` with this Machine applied.
-    pub fn to_agent_config(&self, mut base: RawConfig) -> RawConfig {
-        self.apply_to(&mut base);
-        base
     }
 }
 

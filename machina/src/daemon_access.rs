@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
 };
-use kube::api::ObjectMeta;
+use kube::core::ObjectMeta;
 
 use super::Machine;
 
@@ -182,7 +182,7 @@ impl DaemonAccess {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::machina::{KubernetesSpec, LocalObjectReference, MachineConfigurationRef, MachineSpec};
+    use crate::{KubernetesSpec, LocalObjectReference, MachineConfigurationRef, MachineSpec};
 
     fn names(rules: &[PolicyRule], resource: &str) -> Option<Vec<String>> {
         rules
