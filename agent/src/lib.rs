@@ -5,11 +5,7 @@ pub mod artifact;
 pub mod clap_help;
 pub mod cli;
 pub mod config;
-pub mod corefile;
 pub mod daemon;
-pub mod error_chain;
-pub mod exec;
-pub mod files;
 pub mod goal;
 pub mod guest_test;
 pub mod hostnet;
@@ -25,10 +21,12 @@ pub mod preflight;
 pub mod progress;
 pub mod render;
 pub mod service_account_token;
-pub mod sockets;
 pub mod source_digest;
 pub mod start;
-pub mod supervisor;
 pub mod test_binary;
 pub mod validate;
-pub mod zones;
+
+// The workspace crates below the agent, under the names the agent's modules use.
+pub use localdns::{corefile, zones};
+pub use localdns_supervisor as supervisor;
+pub use node_base::{error_chain, exec, files, sockets};

@@ -19,6 +19,12 @@ pub const INPUTS: &[&str] = &[
     "agent/Cargo.toml",
     "machina/src",
     "machina/Cargo.toml",
+    "node-base/src",
+    "node-base/Cargo.toml",
+    "localdns/src",
+    "localdns/Cargo.toml",
+    "localdns-supervisor/src",
+    "localdns-supervisor/Cargo.toml",
     "Cargo.toml",
     "Cargo.lock",
 ];

@@ -592,7 +592,7 @@ fn cgroup_number(node: &JoinedNode, file: &str, key: Option<&str>) -> anyhow::Re
         .with_context(|| format!("{file}: {text:?} is not a number"))
 }
 
-/// What the supervisor's journal says when it gives up (agent/src/supervisor/run.rs).
+/// What the supervisor's journal says when it gives up (localdns-supervisor/src/run.rs).
 const GIVE_UP_RULE: &str = "failed health checks within";
 
 /// How often systemd restarted `localdns.service` (its `NRestarts`).

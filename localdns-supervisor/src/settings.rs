@@ -62,7 +62,7 @@ pub struct Settings {
 }
 
 /// DNS port of both listeners.
-pub use crate::corefile::DNS_PORT;
+pub use localdns::corefile::DNS_PORT;
 /// Failed health checks in a row after which CoreDNS is taken for hung and killed.
 pub const DEFAULT_HUNG_AFTER_FAILED_CHECKS: u32 = 3;
 /// How long queries may wait on a serving CoreDNS that uses no CPU before it is taken for hung.

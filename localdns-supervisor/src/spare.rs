@@ -304,10 +304,10 @@ async fn take_over(
 async fn until_held_beside(settings: &Settings) -> Result<(), String> {
     let deadline = Instant::now() + HAND_BACK_TIMEOUT;
     loop {
-        let last = match crate::sockets::bound_sockets() {
+        let last = match node_base::sockets::bound_sockets() {
             Ok(bound) => {
                 let short =
-                    crate::sockets::short_of(&bound, &settings.listeners(), super::settings::DNS_PORT, 2);
+                    node_base::sockets::short_of(&bound, &settings.listeners(), super::settings::DNS_PORT, 2);
                 if short.is_empty() {
                     return Ok(());
                 }

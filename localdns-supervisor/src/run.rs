@@ -208,13 +208,13 @@ fn listeners_bound(settings: &Settings, pid: Option<u32>) -> Result<(), String> 
     let Some(pid) = pid else {
         return Ok(());
     };
-    let Some(inodes) = crate::sockets::socket_inodes(pid) else {
+    let Some(inodes) = node_base::sockets::socket_inodes(pid) else {
         return Ok(());
     };
-    let Ok(bound) = crate::sockets::bound_among(&inodes, super::settings::DNS_PORT) else {
+    let Ok(bound) = node_base::sockets::bound_among(&inodes, super::settings::DNS_PORT) else {
         return Ok(());
     };
-    let short = crate::sockets::short_of(&bound, &settings.listeners(), super::settings::DNS_PORT, 1);
+    let short = node_base::sockets::short_of(&bound, &settings.listeners(), super::settings::DNS_PORT, 1);
     if short.is_empty() {
         Ok(())
     } else {

@@ -250,7 +250,7 @@ impl StandbySlot {
         let placeholder = SocketAddrV4::new(Ipv4Addr::LOCALHOST, port);
         self.count += 1;
         let corefile = dir.join(format!("standby-{}.Corefile", self.count));
-        crate::files::write_atomic(&corefile, placeholder_corefile(placeholder).as_bytes(), 0o600)
+        node_base::files::write_atomic(&corefile, placeholder_corefile(placeholder).as_bytes(), 0o600)
             .map_err(|e| format!("cannot write {}: {e}", corefile.display()))?;
         let mut child = spawn(&corefile).map_err(|e| {
             remove(&corefile);
@@ -295,7 +295,7 @@ impl StandbySlot {
             }
             let real = std::fs::read(&settings.corefile)
                 .map_err(|e| format!("cannot read {}: {e}", settings.corefile.display()))?;
-            crate::files::write_atomic(&s.corefile, &real, 0o600)
+            node_base::files::write_atomic(&s.corefile, &real, 0o600)
                 .map_err(|e| format!("cannot write {}: {e}", s.corefile.display()))?;
             let pid = s.child.id().ok_or("it has no pid")?;
             let pid = Pid::from_raw(i32::try_from(pid).map_err(|e| e.to_string())?);

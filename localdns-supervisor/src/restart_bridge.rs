@@ -14,9 +14,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::corefile::DNS_PORT;
-use crate::exec::{self, CommandFailed};
-use crate::sockets::{bound_sockets, held_on, short_of};
+use localdns::corefile::DNS_PORT;
+use node_base::exec::{self, CommandFailed};
+use node_base::sockets::{bound_sockets, held_on, short_of};
 
 /// The supervisor's argument in `localdns.service`'s `ExecStop=`: bridge the restart this stop begins.
 pub const BEFORE_STOP: &str = "bridge-before-stop";

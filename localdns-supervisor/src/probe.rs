@@ -52,7 +52,7 @@ pub async fn get_ok(target: SocketAddrV4, path: &str, limit: usize) -> Result<By
     let response = client
         .request(request)
         .await
-        .map_err(|e| crate::error_chain::chain(&e))?;
+        .map_err(|e| node_base::error_chain::chain(&e))?;
     let status = response.status();
     if status != StatusCode::OK {
         return Err(format!("status {status}, not 200"));
@@ -60,7 +60,7 @@ pub async fn get_ok(target: SocketAddrV4, path: &str, limit: usize) -> Result<By
     Ok(Limited::new(response.into_body(), limit)
         .collect()
         .await
-        .map_err(|e| format!("body: {}", crate::error_chain::chain(e.as_ref())))?
+        .map_err(|e| format!("body: {}", node_base::error_chain::chain(e.as_ref())))?
         .to_bytes())
 }
 

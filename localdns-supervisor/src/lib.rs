@@ -1,5 +1,8 @@
 //! The LocalDNS supervisor: runs CoreDNS inside the machine, checks its health and reports to systemd
-//! (docs/design.md §7). `src/bin/unbounded-localdns-supervisor.rs` is its thin entry point.
+//! (docs/design.md §7). The program in the machine: the agent binary runs it when started under
+//! its name (`agent::machine::supervisor_entry`), and `agent/src/bin/unbounded-localdns-supervisor.rs`
+//! is its thin entry point for tests. It uses `node-base` (commands, files, sockets) and
+//! `localdns` (the Corefile's server blocks) and nothing of the agent.
 
 pub mod alive;
 pub mod failures;

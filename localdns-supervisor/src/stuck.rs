@@ -6,7 +6,7 @@
 //! (state `T`: SIGSTOP, SIGTSTP) with queries waiting at two looks in a row is taken for hung
 //! without the full wait: a stopped process cannot serve until someone continues it. A tracer's
 //! stop (state `t`, a debugger) is left to the CPU rule. This needs no packet of ours (no probe,
-//! no conntrack entry): a `sock_diag` dump ([`crate::sockets`]), `/proc/<pid>/fd` and
+//! no conntrack entry): a `sock_diag` dump ([`node_base::sockets`]), `/proc/<pid>/fd` and
 //! `/proc/<pid>/stat` only, and it acts as soon as clients wait instead of after three failed
 //! health checks.
 
@@ -116,10 +116,10 @@ pub fn cpu_ticks_in_stat(stat: &str) -> Option<u64> {
 }
 
 /// One look at CoreDNS `pid`: whether one of its listener sockets has something waiting, and its
-/// CPU time. Asks the kernel for the listeners' sockets first ([`crate::sockets::waiting_on`]) and
+/// CPU time. Asks the kernel for the listeners' sockets first ([`node_base::sockets::waiting_on`]) and
 /// reads the process only when something waits on one.
 pub fn look(pid: u32, settings: &Settings) -> Look {
-    let waiting = crate::sockets::waiting_on(&settings.listeners(), DNS_PORT).unwrap_or_default();
+    let waiting = node_base::sockets::waiting_on(&settings.listeners(), DNS_PORT).unwrap_or_default();
     if waiting.is_empty() {
         return Look {
             waiting: false,
@@ -128,7 +128,7 @@ pub fn look(pid: u32, settings: &Settings) -> Look {
         };
     }
     // Another process's sockets on the listeners (a restart's bridge) are not this CoreDNS's.
-    let inodes = crate::sockets::socket_inodes(pid).unwrap_or_default();
+    let inodes = node_base::sockets::socket_inodes(pid).unwrap_or_default();
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     Look {
         waiting: waiting.iter().any(|w| inodes.contains(&w.inode)),
@@ -276,7 +276,7 @@ mod tests {
             .find(|l| l.split_whitespace().nth(1) == Some(&format!("0100007F:{port:04X}")))
             .and_then(|l| l.split_whitespace().nth(9)?.parse().ok())
             .unwrap();
-        assert!(crate::sockets::socket_inodes(pid).unwrap().contains(&inode));
+        assert!(node_base::sockets::socket_inodes(pid).unwrap().contains(&inode));
         assert!(!stopped_in_stat(&stat), "{stat}");
     }
 

@@ -8,7 +8,7 @@ use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::corefile::server_blocks;
+use localdns::corefile::server_blocks;
 
 /// The counts, shared between the supervisor's loop and its metrics endpoint.
 #[derive(Debug, Default, Clone, PartialEq)]
