@@ -339,6 +339,12 @@ fn every_command_line_in_the_docs_parses_with_the_real_cli() {
 /// The repository's top-level entries a path in code may start with.
 const TOP: &[&str] = &[
     "agent/",
+    "machina/",
+    "node-base/",
+    "localdns/",
+    "localdns-supervisor/",
+    "module-layers/",
+    "rehearsal/",
     "harness/",
     "scenarios/",
     "docs/",

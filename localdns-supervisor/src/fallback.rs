@@ -8,8 +8,8 @@
 //! Corefile: the supervisor ends as before and systemd starts the unit again with the full
 //! Corefile.
 
+use super::coredns::Outcome;
 use super::last_words::LastWords;
-use super::run::Outcome;
 use super::{Settings, notify};
 
 /// When `outcome` is CoreDNS exiting before it served `serving.corefile` and there is a fallback

@@ -5,6 +5,7 @@
 //! `localdns` (the Corefile's server blocks) and nothing of the agent.
 
 pub mod alive;
+pub mod coredns;
 pub mod failures;
 pub mod fallback;
 pub mod last_words;
@@ -21,6 +22,7 @@ pub mod standby;
 pub mod stuck;
 pub mod tally;
 
+pub use coredns::{Outcome, SuperviseError};
 pub use failures::{FailureWindow, Verdict};
-pub use run::{Outcome, supervise};
+pub use run::supervise;
 pub use settings::{Settings, SettingsError};

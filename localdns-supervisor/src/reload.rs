@@ -15,8 +15,8 @@ use std::time::Duration;
 use tokio::process::Child;
 use tokio::signal::unix::Signal;
 
+use super::coredns::{Outcome, SuperviseError, start_coredns, stop_coredns, until_healthy};
 use super::last_words::LastWords;
-use super::run::{Outcome, SuperviseError, start_coredns, stop_coredns, until_healthy};
 use super::{Settings, notify};
 
 /// The Corefile a refused reload leaves serving, in the runtime directory.

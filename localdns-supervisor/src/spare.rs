@@ -26,11 +26,11 @@ use tokio::process::Child;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::Instant;
 
-use super::fallback::{fall_back, switch_to_fallback};
-use super::last_words::LastWords;
-use super::run::{
+use super::coredns::{
     Outcome, SuperviseError, sleep_until_some, spawn_coredns, start_coredns, stop_coredns, until_healthy,
 };
+use super::fallback::{fall_back, switch_to_fallback};
+use super::last_words::LastWords;
 use super::standby::{Keeper, StandbySlot};
 use super::{Settings, alive, notify};
 

@@ -1,4 +1,4 @@
-//! The base crate's modules form layers: `files` above `exec`, the others leaves. Read from the sources by the workspace's `module-layers` test support.
+//! The base crate's modules are leaves: none names another (a cycle would fail here). Read from the sources by the workspace's `module-layers` test support.
 
 #[test]
 fn no_top_level_module_depends_on_one_that_depends_on_it() {

@@ -5,6 +5,7 @@
 pub mod artifact_store;
 pub mod cache_store;
 pub mod expression;
+pub mod free_space;
 pub mod hash_files;
 pub mod job_runner;
 pub mod rehearsal;

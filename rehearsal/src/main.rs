@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use ci_rehearsal::cache_store::GITHUB_LIMIT_BYTES;
+use ci_rehearsal::free_space;
 use ci_rehearsal::rehearsal::{Options, all_passed, rehearse};
 use clap::Parser;
 
@@ -35,6 +36,9 @@ struct Cli {
     /// The cache store's limit in GiB (GitHub keeps 10 GiB per repository).
     #[arg(long, default_value_t = 10)]
     cache_limit_gib: u64,
+    /// Refuse to start with less room than this (GiB) on the store's filesystem.
+    #[arg(long, default_value_t = free_space::NEEDED_GIB)]
+    min_free_gib: u64,
 }
 
 fn key_value(text: &str) -> Result<(String, String), String> {
@@ -89,6 +93,9 @@ fn run() -> anyhow::Result<bool> {
         );
         std::fs::remove_dir_all(store.join("caches")).context("removing the caches")?;
     }
+    // Left-over runner directories of an interrupted rehearsal are emptied by the first job.
+    let _ = std::fs::remove_dir_all(store.join("runner"));
+    free_space::ensure_room(&store, cli.min_free_gib)?;
     let reports = rehearse(&Options {
         workflow,
         repo,
