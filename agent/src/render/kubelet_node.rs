@@ -74,15 +74,18 @@ WantedBy=multi-user.target
 
 /// The bootstrap kubeconfig: the API server, the CA file and the bootstrap token.
 pub fn bootstrap_kubeconfig(api_server: &str, token: &str) -> String {
-    let value = json!({
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "default", "cluster": {"server": api_server, "certificate-authority": CA_CERT}}],
-        "contexts": [{"name": "default", "context": {"cluster": "default", "user": "kubelet-bootstrap"}}],
-        "current-context": "default",
-        "users": [{"name": "kubelet-bootstrap", "user": {"token": token}}]
-    });
-    let yaml = serde_yaml_ng::to_string(&value).expect("a JSON value serialises as YAML");
+    let auth = kube::config::AuthInfo {
+        token: Some(token.to_owned().into()),
+        ..kube::config::AuthInfo::default()
+    };
+    let yaml = super::kubeconfig::yaml(
+        "default",
+        api_server,
+        super::kubeconfig::CaSource::File(CA_CERT),
+        "kubelet-bootstrap",
+        auth,
+        "default",
+    );
     format!("{HEADER}{yaml}")
 }
 

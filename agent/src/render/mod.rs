@@ -11,6 +11,7 @@ pub mod containerd;
 pub mod corefile;
 pub mod host;
 pub mod host_prep;
+pub mod kubeconfig;
 pub mod kubelet;
 pub mod kubelet_node;
 pub mod machine;

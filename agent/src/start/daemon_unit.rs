@@ -45,15 +45,18 @@ pub fn unit(agent: &Path, machine: &str) -> Result<String, UnitValueError> {
 /// user's token read from `token_file` ([`DAEMON_TOKEN`] on a node; re-read by the client when
 /// the daemon renews it).
 pub fn kubeconfig(api_server: &str, ca_base64: &str, token_file: &str) -> String {
-    let value = serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "cluster", "cluster": {"server": api_server, "certificate-authority-data": ca_base64}}],
-        "contexts": [{"name": "daemon", "context": {"cluster": "cluster", "user": "daemon"}}],
-        "current-context": "daemon",
-        "users": [{"name": "daemon", "user": {"tokenFile": token_file}}]
-    });
-    let yaml = serde_yaml_ng::to_string(&value).expect("a JSON value serialises as YAML");
+    let auth = kube::config::AuthInfo {
+        token_file: Some(token_file.to_owned()),
+        ..kube::config::AuthInfo::default()
+    };
+    let yaml = crate::render::kubeconfig::yaml(
+        "cluster",
+        api_server,
+        crate::render::kubeconfig::CaSource::Data(ca_base64),
+        "daemon",
+        auth,
+        "daemon",
+    );
     format!("# Written by unbounded-agent: the agent daemon's kubeconfig.\n{yaml}")
 }
 
