@@ -93,7 +93,7 @@ fn run() -> anyhow::Result<bool> {
         );
         std::fs::remove_dir_all(store.join("caches")).context("removing the caches")?;
     }
-    // Left-over runner directories of an interrupted rehearsal are emptied by the first job.
+    // An interrupted rehearsal's runner directories go first, so their room counts below.
     let _ = std::fs::remove_dir_all(store.join("runner"));
     free_space::ensure_room(&store, cli.min_free_gib)?;
     let reports = rehearse(&Options {
